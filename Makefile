@@ -1,0 +1,115 @@
+# endpoint-aggregator Makefile. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+GO ?= go
+
+# The control-plane binaries the tests and the demo run. They are built from
+# source by hack/tools (pinned in hack/tools/go.mod); keep these in step with
+# it (internal/testenv checks that).
+K8S_VERSION := v1.37.2
+ETCD_VERSION := v3.7.0
+
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/endpoint-aggregator
+ASSETS_DIR = $(abspath $(CACHE_DIR))/bin/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+
+BINARY := bin/endpoint-aggregator
+
+# Extra flags for the unit tests, e.g. `make test-unit UNIT_TEST_FLAGS=-race`.
+UNIT_TEST_FLAGS ?=
+E2E_TIMEOUT ?= 30m
+
+# What `kube-apiserver --version` and `kubectl version` report (as in the
+# official builds; without it they say v0.0.0-master).
+K8S_MAJOR := $(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION))))
+K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(K8S_VERSION) -X $(pkg).gitMajor=$(K8S_MAJOR) \
+	-X $(pkg).gitMinor=$(K8S_MINOR) -X $(pkg).gitTreeState=clean)
+
+TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubectl etcd)
+
+.DEFAULT_GOAL := help
+
+##@ General
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} \
+		/^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-17s\033[0m %s\n", $$1, $$2 } \
+		/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: build
+build: ## Build bin/endpoint-aggregator
+	$(GO) build -o $(BINARY) ./cmd/endpoint-aggregator
+
+.PHONY: demo
+demo: tools build ## Run a hub and two member clusters with the daemon aggregating them (Ctrl-C stops)
+	ENDPOINT_AGGREGATOR_ASSETS=$(ASSETS_DIR) $(GO) run ./hack/demo -binary $(CURDIR)/$(BINARY)
+
+.PHONY: fmt
+fmt: ## Format the Go sources
+	gofmt -s -w $$(find . -name '*.go' -not -path './.git/*')
+
+.PHONY: vet
+vet: ## Run go vet
+	$(GO) vet ./...
+
+.PHONY: clean
+clean: ## Remove the repository's build outputs (not the binary cache)
+	rm -rf bin/
+
+##@ Testing
+
+.PHONY: test
+test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; builds them first if missing
+	$(MAKE) --no-print-directory test-unit
+	$(MAKE) --no-print-directory test-e2e
+
+.PHONY: test-unit
+test-unit: ## Run unit tests (tests that need the Kubernetes binaries skip when there are none)
+	$(GO) test $(UNIT_TEST_FLAGS) -timeout 10m ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/...
+
+.PHONY: test-e2e
+test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
+	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
+	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
+	echo "$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+
+##@ Kubernetes binaries
+
+.PHONY: tools
+tools: $(TOOLS) ## Build kube-apiserver, kube-controller-manager, kubectl and etcd into the cache (only missing ones; ~10-15 min cold)
+
+.PHONY: print-assets-dir
+print-assets-dir: ## Print the directory the Kubernetes binaries are built into
+	@echo $(ASSETS_DIR)
+
+# build-tool: $(1) = package, $(2) = ldflags. Writes to a temporary name and
+# renames, so an interrupted build never leaves a half-written binary behind.
+# The first build compiles Kubernetes (~10-15 min); the Go build cache makes
+# later ones take seconds.
+define build-tool
+	@mkdir -p $(@D)
+	@echo "go build -C hack/tools -o $@ $(1)"
+	@$(GO) build -C hack/tools -ldflags '$(2)' -o $@.tmp $(1)
+	@mv -f $@.tmp $@
+endef
+
+$(ASSETS_DIR)/kube-apiserver:
+	$(call build-tool,k8s.io/kubernetes/cmd/kube-apiserver,$(K8S_LDFLAGS))
+
+$(ASSETS_DIR)/kube-controller-manager:
+	$(call build-tool,k8s.io/kubernetes/cmd/kube-controller-manager,$(K8S_LDFLAGS))
+
+$(ASSETS_DIR)/kubectl:
+	$(call build-tool,k8s.io/kubernetes/cmd/kubectl,$(K8S_LDFLAGS))
+
+$(ASSETS_DIR)/etcd:
+	$(call build-tool,go.etcd.io/etcd/server/v3,)

@@ -1,0 +1,204 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	stdsync "sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+const component = "endpoint-aggregator"
+
+// Daemon is one running endpoint-aggregator: hub clients, member registry and
+// controller. Tests run it in-process; `run` runs it from flags.
+type Daemon struct {
+	opts        *Options
+	Controller  *easync.Controller
+	Registry    *clusters.Registry
+	Metrics     *easync.Metrics
+	Gatherer    prometheus.Gatherer
+	broadcaster record.EventBroadcaster
+}
+
+// NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
+// metrics; nil gives the daemon a registry of its own.
+func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*Daemon, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(hubConfig)
+	cfg.QPS, cfg.Burst = o.HubQPS, o.HubBurst
+	cfg.UserAgent = component + "/" + version()
+	cfg.WarningHandler = newWarningLogger("hub")
+	hub, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub client: %w", err)
+	}
+	hubMCS, err := mcsclientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub MCS client: %w", err)
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: hub.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: component})
+
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	metrics := easync.NewMetrics(reg)
+	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
+	members := &memberSet{}
+	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
+		Workers:            o.Workers,
+		Export:             o.exportPolicy(),
+		PerClusterServices: mode,
+		CreateNamespaces:   o.CreateNamespaces,
+		Recorder:           recorder,
+		Metrics:            metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	members.registry = clusters.NewRegistry(hub, recorder, ctrl, clusters.Options{
+		Namespace:           o.Namespace,
+		SyncTimeout:         o.MemberSyncTimeout,
+		QPS:                 o.MemberQPS,
+		Burst:               o.MemberBurst,
+		WatchServiceExports: o.ExportMode == string(easync.ExportServiceExport),
+		Policy:              o.KubeconfigPolicy,
+		UserAgent:           cfg.UserAgent,
+		WarningHandler:      newWarningLogger("member"),
+	})
+	return &Daemon{
+		opts:        o,
+		Controller:  ctrl,
+		Registry:    members.registry,
+		Metrics:     metrics,
+		Gatherer:    reg,
+		broadcaster: broadcaster,
+	}, nil
+}
+
+// Ready reports whether hub caches synced and every member synced or timed out.
+func (d *Daemon) Ready() bool {
+	return d.Controller.HubSynced() && d.Registry.Ready()
+}
+
+// Run runs the daemon until ctx ends. Stopping leaves the hub as it is: only
+// unregistering a member withdraws its objects.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.broadcaster.Shutdown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg stdsync.WaitGroup
+	errc := make(chan error, 2)
+	if d.opts.MetricsBindAddress != "" && d.opts.MetricsBindAddress != "0" {
+		srv, ln, err := d.httpServer()
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+		go func() {
+			<-ctx.Done()
+			sctx, c := context.WithTimeout(context.Background(), d.opts.ShutdownTimeout)
+			defer c()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		d.Registry.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		if err := d.Controller.Run(ctx); err != nil {
+			errc <- err
+		}
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d.opts.ShutdownTimeout):
+		klog.InfoS("Shutdown timed out; exiting with syncs in flight", "timeout", d.opts.ShutdownTimeout)
+	}
+	return err
+}
+
+func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.Ready() {
+			http.Error(w, "not ready: waiting for hub caches or member syncs", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	ln, err := net.Listen("tcp", d.opts.MetricsBindAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening on --metrics-bind-address: %w", err)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// memberSet adapts the registry to the controller's Members interface.
+type memberSet struct{ registry *clusters.Registry }
+
+func (m *memberSet) Member(name string) easync.Member {
+	if c := m.registry.Get(name); c != nil {
+		return c
+	}
+	return nil // an untyped nil, never a nil *Cluster
+}
+
+func (m *memberSet) Names() []string     { return m.registry.Names() }
+func (m *memberSet) SecretsSynced() bool { return m.registry.SecretsSynced() }

@@ -1,0 +1,122 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// Options are the flags of `endpoint-aggregator run`.
+type Options struct {
+	Kubeconfig string
+	Context    string
+	Namespace  string
+
+	Workers     int
+	HubQPS      float32
+	HubBurst    int
+	MemberQPS   float32
+	MemberBurst int
+
+	ExportMode         string
+	IncludeNamespaces  []string
+	ExcludeNamespaces  []string
+	PerClusterServices string
+	CreateNamespaces   bool
+	MemberSyncTimeout  time.Duration
+
+	KubeconfigPolicy clusters.KubeconfigPolicy
+
+	MetricsBindAddress string
+	ShutdownTimeout    time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "endpoint-aggregator"
+	}
+	return &Options{
+		Namespace:          ns,
+		Workers:            4,
+		HubQPS:             50,
+		HubBurst:           100,
+		MemberQPS:          20,
+		MemberBurst:        40,
+		ExportMode:         string(easync.ExportServiceExport),
+		ExcludeNamespaces:  easync.DefaultExcludedNamespaces,
+		PerClusterServices: string(endpoints.PerClusterMirror),
+		MemberSyncTimeout:  30 * time.Second,
+		MetricsBindAddress: ":8080",
+		ShutdownTimeout:    10 * time.Second,
+	}
+}
+
+// AddFlags binds the options to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to the hub kubeconfig. Empty: in-cluster config.")
+	fs.StringVar(&o.Context, "context", o.Context, "Context of --kubeconfig to use.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the member registration Secrets (default: $POD_NAMESPACE or endpoint-aggregator).")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Concurrent syncs.")
+	fs.Float32Var(&o.HubQPS, "kube-api-qps", o.HubQPS, "Queries per second to the hub API server.")
+	fs.IntVar(&o.HubBurst, "kube-api-burst", o.HubBurst, "Burst of queries to the hub API server.")
+	fs.Float32Var(&o.MemberQPS, "member-api-qps", o.MemberQPS, "Queries per second to each member API server.")
+	fs.IntVar(&o.MemberBurst, "member-api-burst", o.MemberBurst, "Burst of queries to each member API server.")
+	fs.StringVar(&o.ExportMode, "export-mode", o.ExportMode, "Which member Services are exported: serviceexport (MCS ServiceExport objects), annotation (endpoint-aggregator.io/export: \"true\") or all.")
+	fs.StringSliceVar(&o.IncludeNamespaces, "include-namespaces", o.IncludeNamespaces, "Only export Services in these namespaces (default: all).")
+	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "Never export Services in these namespaces.")
+	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "Per-cluster <svc>-<cluster> Services: mirror (member's type), headless (no hub ClusterIP) or off.")
+	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
+	fs.DurationVar(&o.MemberSyncTimeout, "member-sync-timeout", o.MemberSyncTimeout, "How long a member may take to sync before the daemon is ready without it.")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowExec, "allow-kubeconfig-exec", false, "Allow exec credential plugins in member kubeconfigs (runs commands!).")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowAuthProvider, "allow-kubeconfig-auth-provider", false, "Allow auth-provider plugins in member kubeconfigs.")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowTokenFile, "allow-kubeconfig-token-file", false, "Allow tokenFile in member kubeconfigs (reads local files).")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowFilePaths, "allow-kubeconfig-file-paths", false, "Allow certificate/key file paths in member kubeconfigs (reads local files).")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify in member kubeconfigs.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
+}
+
+// Validate checks the options; it returns every problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if errs1 := validation.IsDNS1123Label(o.Namespace); len(errs1) > 0 {
+		errs = append(errs, fmt.Errorf("--namespace %q: %s", o.Namespace, errs1[0]))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
+	}
+	if o.HubQPS <= 0 || o.MemberQPS <= 0 || o.HubBurst < 1 || o.MemberBurst < 1 {
+		errs = append(errs, errors.New("client QPS and burst must be positive"))
+	}
+	if _, err := easync.ParseExportMode(o.ExportMode); err != nil {
+		errs = append(errs, fmt.Errorf("--export-mode: %w", err))
+	}
+	if _, err := endpoints.ParsePerClusterMode(o.PerClusterServices); err != nil {
+		errs = append(errs, fmt.Errorf("--per-cluster-services: %w", err))
+	}
+	if o.MemberSyncTimeout <= 0 {
+		errs = append(errs, errors.New("--member-sync-timeout must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// exportPolicy builds the controller's export policy from validated options.
+func (o *Options) exportPolicy() easync.ExportPolicy {
+	mode, _ := easync.ParseExportMode(o.ExportMode)
+	return easync.ExportPolicy{
+		Mode:    mode,
+		Include: sets.New(o.IncludeNamespaces...),
+		Exclude: sets.New(o.ExcludeNamespaces...),
+	}
+}

@@ -1,0 +1,46 @@
+package app
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		mutate  func(*Options)
+		errText string
+	}{
+		{name: "defaults are valid", mutate: func(*Options) {}},
+		{name: "bad export mode", mutate: func(o *Options) { o.ExportMode = "some" }, errText: "--export-mode"},
+		{name: "bad per-cluster mode", mutate: func(o *Options) { o.PerClusterServices = "mirrored" }, errText: "--per-cluster-services"},
+		{name: "no workers", mutate: func(o *Options) { o.Workers = 0 }, errText: "--workers"},
+		{name: "bad namespace", mutate: func(o *Options) { o.Namespace = "Not_OK" }, errText: "--namespace"},
+		{name: "zero QPS", mutate: func(o *Options) { o.MemberQPS = 0 }, errText: "QPS"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			tc.mutate(o)
+			err := o.Validate()
+			switch {
+			case tc.errText == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.errText != "" && (err == nil || !strings.Contains(err.Error(), tc.errText)):
+				t.Fatalf("error = %v, want one naming %s", err, tc.errText)
+			}
+		})
+	}
+}
+
+func TestWarningLoggerLogsEachWarningOnce(t *testing.T) {
+	w := newWarningLogger("hub")
+	for i := 0; i < 3; i++ {
+		w.HandleWarningHeader(299, "", "v1 Endpoints is deprecated")
+	}
+	n := 0
+	w.seen.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("remembered %d warnings, want 1", n)
+	}
+}

@@ -1,0 +1,313 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+const (
+	// startTimeout bounds each control-plane process start. Three clusters
+	// starting at once on a 2-core machine need far more than envtest's 20s
+	// default.
+	startTimeout = 2 * time.Minute
+	stopTimeout  = 30 * time.Second
+
+	// adminUser is the identity of every cluster's kubeconfig.
+	adminUser = "admin"
+)
+
+// Options configures one cluster.
+type Options struct {
+	// CRDs installs the mcs-api ServiceExport and ServiceImport CRDs
+	// (multicluster.x-k8s.io, v1alpha1 and v1beta1) and waits until they are
+	// served.
+	CRDs bool
+}
+
+// Cluster is one running control plane: etcd plus kube-apiserver.
+//
+// Config and Client talk to it as a member of system:masters. Do not modify
+// Config in place; use rest.CopyConfig.
+type Cluster struct {
+	// Name is the cluster name given to Start. It names the kubeconfig's
+	// cluster and context.
+	Name string
+	// Config is the admin client configuration (parsed from Kubeconfig).
+	Config *rest.Config
+	// Client is a typed clientset built from Config.
+	Client kubernetes.Interface
+	// Kubeconfig holds a self-contained kubeconfig for the admin user:
+	// server https://127.0.0.1:PORT, inline CA data, inline client
+	// certificate and key, current context named Name.
+	Kubeconfig []byte
+	// KubeconfigPath is Kubeconfig written to a file inside Dir.
+	KubeconfigPath string
+	// Dir is the cluster's temporary directory: etcd data, apiserver
+	// certificates, kube-apiserver.log, etcd.log and the kubeconfig. Stop
+	// removes it.
+	Dir string
+
+	env     *envtest.Environment
+	logs    []*os.File
+	mu      sync.Mutex
+	apiDown bool
+	stopped bool
+}
+
+var setLoggerOnce sync.Once
+
+// setControllerRuntimeLogger gives controller-runtime (which envtest logs
+// through) a logger, so it does not print its "log.SetLogger(...) was never
+// called" warning with a stack trace. Only errors are shown.
+func setControllerRuntimeLogger() {
+	setLoggerOnce.Do(func() {
+		ctrllog.SetLogger(funcr.New(func(prefix, args string) {
+			fmt.Fprintln(os.Stderr, "testenv:", prefix, args)
+		}, funcr.Options{Verbosity: 0}))
+	})
+}
+
+// Start starts a new cluster named name (a DNS label). It blocks until the
+// apiserver is healthy, the default namespace exists and, with opts.CRDs,
+// the CRDs are served. On error nothing is left running.
+func Start(name string, opts Options) (_ *Cluster, retErr error) {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return nil, fmt.Errorf("testenv: invalid cluster name %q: %s", name, strings.Join(errs, "; "))
+	}
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	setControllerRuntimeLogger()
+
+	dir, err := os.MkdirTemp("", "endpoint-aggregator-"+name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	c := &Cluster{Name: name, Dir: dir}
+	defer func() {
+		if retErr != nil {
+			if c.env != nil {
+				_ = c.env.Stop()
+			}
+			c.closeLogs()
+			_ = os.RemoveAll(dir)
+		}
+	}()
+
+	// Explicit directories: envtest then neither generates fresh
+	// certificates nor deletes the data when the apiserver is restarted
+	// (StopAPIServer/StartAPIServer), and Stop removes everything at once.
+	etcdDir := filepath.Join(dir, "etcd")
+	certDir := filepath.Join(dir, "apiserver")
+	for _, d := range []string{etcdDir, certDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, fmt.Errorf("testenv: %w", err)
+		}
+	}
+	apiLog, err := c.createLog("kube-apiserver.log")
+	if err != nil {
+		return nil, err
+	}
+	etcdLog, err := c.createLog("etcd.log")
+	if err != nil {
+		return nil, err
+	}
+
+	useExisting := false
+	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{
+				// Set explicitly so that KUBEBUILDER_ASSETS or
+				// TEST_ASSET_* in the environment cannot swap binaries.
+				Path:    filepath.Join(assets, "kube-apiserver"),
+				CertDir: certDir,
+				Out:     apiLog,
+				Err:     apiLog,
+			},
+			Etcd: &envtest.Etcd{
+				Path:    filepath.Join(assets, "etcd"),
+				DataDir: etcdDir,
+				Out:     etcdLog,
+				Err:     etcdLog,
+			},
+			KubectlPath: filepath.Join(assets, "kubectl"),
+		},
+		BinaryAssetsDirectory:    assets,
+		UseExistingCluster:       &useExisting,
+		ControlPlaneStartTimeout: startTimeout,
+		ControlPlaneStopTimeout:  stopTimeout,
+	}
+	if opts.CRDs {
+		crds, err := mcsCRDs()
+		if err != nil {
+			return nil, fmt.Errorf("testenv: %w", err)
+		}
+		env.CRDInstallOptions = envtest.CRDInstallOptions{CRDs: crds}
+	}
+	c.env = env
+
+	if _, err := env.Start(); err != nil {
+		return nil, fmt.Errorf("testenv: start cluster %q: %w%s", name, err, c.logTails())
+	}
+
+	user, err := env.AddUser(envtest.User{Name: adminUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: cluster %q: add admin user: %w", name, err)
+	}
+	c.Kubeconfig, err = kubeconfigFor(name, user.Config())
+	if err != nil {
+		return nil, fmt.Errorf("testenv: cluster %q: %w", name, err)
+	}
+	c.KubeconfigPath = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(c.KubeconfigPath, c.Kubeconfig, 0o600); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+
+	// Build the clients from the kubeconfig bytes, so that every test
+	// exercises the exact credentials the daemon will be given.
+	c.Config, err = clientcmd.RESTConfigFromKubeConfig(c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: cluster %q: parse own kubeconfig: %w", name, err)
+	}
+	// Test clients should never be throttled client-side.
+	c.Config.QPS, c.Config.Burst = 1000, 2000
+	// The deprecation warning on every core/v1 Endpoints read is noise here.
+	c.Config.WarningHandler = rest.NoWarnings{}
+	c.Client, err = kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: cluster %q: %w", name, err)
+	}
+	return c, nil
+}
+
+// kubeconfigFor renders cfg (host, CA and client certificate, all inline) as
+// a kubeconfig whose cluster and context are called name.
+func kubeconfigFor(name string, cfg *rest.Config) ([]byte, error) {
+	if len(cfg.CAData) == 0 || len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 {
+		return nil, errors.New("admin user has no inline CA or client certificate data")
+	}
+	authInfo := name + "-" + adminUser // unique, so kubeconfigs can be merged
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{
+		Server:                   strings.TrimSuffix(cfg.Host, "/"),
+		CertificateAuthorityData: cfg.CAData,
+	}
+	kc.AuthInfos[authInfo] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData,
+		ClientKeyData:         cfg.KeyData,
+	}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: authInfo}
+	kc.CurrentContext = name
+	return clientcmd.Write(*kc)
+}
+
+// Host returns the apiserver URL, https://127.0.0.1:PORT.
+func (c *Cluster) Host() string { return c.Config.Host }
+
+// StopAPIServer stops the cluster's kube-apiserver (SIGTERM, then SIGKILL
+// after 30s) and leaves etcd running. Clients get connection errors until
+// StartAPIServer.
+func (c *Cluster) StopAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("testenv: cluster %q is stopped", c.Name)
+	}
+	if c.apiDown {
+		return nil
+	}
+	c.apiDown = true
+	if err := c.env.ControlPlane.APIServer.Stop(); err != nil {
+		return fmt.Errorf("testenv: cluster %q: stop kube-apiserver: %w", c.Name, err)
+	}
+	return nil
+}
+
+// StartAPIServer starts the kube-apiserver again after StopAPIServer, with
+// the same etcd (so the same data), the same port, serving certificate and
+// client CA, so Config, Client, Kubeconfig and existing clients keep
+// working. It blocks until /healthz answers.
+func (c *Cluster) StartAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("testenv: cluster %q is stopped", c.Name)
+	}
+	if !c.apiDown {
+		return nil
+	}
+	if err := c.env.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("testenv: cluster %q: restart kube-apiserver: %w%s", c.Name, err, c.logTails())
+	}
+	c.apiDown = false
+	return nil
+}
+
+// Stop stops kube-apiserver and etcd, waits for both processes to exit and
+// removes Dir. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	err := c.env.Stop()
+	c.closeLogs()
+	if rmErr := os.RemoveAll(c.Dir); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	if err != nil {
+		return fmt.Errorf("testenv: stop cluster %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) createLog(name string) (*os.File, error) {
+	f, err := os.Create(filepath.Join(c.Dir, name))
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	c.logs = append(c.logs, f)
+	return f, nil
+}
+
+func (c *Cluster) closeLogs() {
+	for _, f := range c.logs {
+		_ = f.Close()
+	}
+	c.logs = nil
+}
+
+// logTails returns the last lines of the process logs, for error messages.
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	for _, name := range []string{"etcd.log", "kube-apiserver.log"} {
+		data, err := os.ReadFile(filepath.Join(c.Dir, name))
+		if err != nil || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", name, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}

@@ -1,0 +1,12 @@
+// Package clusters owns the dynamic set of member clusters.
+//
+// Members are registered by kubeconfig Secrets in the daemon's namespace. The
+// Registry watches those Secrets and, per member, builds a client, starts one
+// informer per member resource (Services, EndpointSlices and, in MCS mode,
+// ServiceExports), and swaps or stops them at runtime: a changed kubeconfig is
+// make-before-break, a deleted Secret withdraws the member. A member that never
+// answers blocks nobody: each has its own stop channel and sync timeout.
+//
+// The package knows nothing of the hub's outputs. It tells its user about
+// members through callbacks (see Handler) and exposes each member's listers.
+package clusters

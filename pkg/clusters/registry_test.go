@@ -1,0 +1,199 @@
+package clusters
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+const ns = "endpoint-aggregator"
+
+// recordingHandler records the registry's callbacks.
+type recordingHandler struct {
+	mu      stdsync.Mutex
+	synced  []string
+	removed []string
+}
+
+func (h *recordingHandler) EventHandlers(string) (cache.ResourceEventHandler, cache.ResourceEventHandler, cache.ResourceEventHandler) {
+	return nil, nil, nil
+}
+func (h *recordingHandler) ClusterSynced(c string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.synced = append(h.synced, c)
+}
+func (h *recordingHandler) ClusterRemoved(c string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.removed = append(h.removed, c)
+}
+func (h *recordingHandler) snapshot() (synced, removed []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.synced...), append([]string(nil), h.removed...)
+}
+
+const tokenKubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: m
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority-data: Zm9v
+users:
+- name: u
+  user:
+    token: abc
+contexts:
+- name: m
+  context: {cluster: m, user: u}
+current-context: m
+`
+
+func secret(name, cluster, kubeconfig string, age time.Duration) *corev1.Secret {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:         ns,
+			Name:              name,
+			UID:               k8stypes.UID("uid-" + name),
+			Labels:            map[string]string{LabelMemberCluster: "true"},
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-age)),
+		},
+		Data: map[string][]byte{KubeconfigKey: []byte(kubeconfig)},
+	}
+	if cluster != "" {
+		s.Annotations = map[string]string{AnnotationClusterName: cluster}
+	}
+	return s
+}
+
+// startRegistry runs a registry on a fake hub whose members are fake
+// clientsets (their informers sync at once).
+func startRegistry(t *testing.T, objs ...runtime.Object) (*Registry, *kubefake.Clientset, *recordingHandler, *record.FakeRecorder) {
+	t.Helper()
+	hub := kubefake.NewClientset(objs...)
+	h := &recordingHandler{}
+	rec := record.NewFakeRecorder(100)
+	r := NewRegistry(hub, rec, h, Options{
+		Namespace:   ns,
+		SyncTimeout: 5 * time.Second,
+		NewClients: func(*rest.Config) (Clients, error) {
+			return Clients{Kube: kubefake.NewClientset()}, nil
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, r.SecretsSynced)
+	return r, hub, h, rec
+}
+
+func waitUntil(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func events(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestRegistryAddsAndRemovesMembersAtRuntime(t *testing.T) {
+	r, hub, h, _ := startRegistry(t, secret("east", "", tokenKubeconfig, time.Hour))
+	waitUntil(t, func() bool { c := r.Get("east"); return c != nil && c.HasSynced() })
+	waitUntil(t, r.Ready)
+
+	_, err := hub.CoreV1().Secrets(ns).Create(context.Background(), secret("s2", "west", tokenKubeconfig, 0), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { c := r.Get("west"); return c != nil && c.HasSynced() })
+
+	if err := hub.CoreV1().Secrets(ns).Delete(context.Background(), "east", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return r.Get("east") == nil })
+	waitUntil(t, func() bool { _, removed := h.snapshot(); return len(removed) == 1 && removed[0] == "east" })
+	if got := r.Names(); len(got) != 1 || got[0] != "west" {
+		t.Errorf("Names() = %v, want [west]", got)
+	}
+}
+
+func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	execKubeconfig := strings.Replace(tokenKubeconfig, "    token: abc\n",
+		"    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch "+marker+"\"]\n", 1)
+	r, _, _, rec := startRegistry(t,
+		secret("bad-name", "Not_A_Label", tokenKubeconfig, time.Hour),
+		secret("garbage", "", "{not yaml: [", time.Hour),
+		secret("exec", "", execKubeconfig, time.Hour),
+		secret("older", "dup", tokenKubeconfig, 2*time.Hour),
+		secret("newer", "dup", tokenKubeconfig, time.Hour),
+	)
+	waitUntil(t, func() bool { c := r.Get("dup"); return c != nil && c.HasSynced() })
+	waitUntil(t, func() bool { return len(rec.Events) >= 4 })
+	got := strings.Join(events(rec), "\n")
+	for _, want := range []string{ReasonInvalidName, ReasonInvalidConfig, ReasonRefusedConfig, ReasonDuplicateName} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %s Event in:\n%s", want, got)
+		}
+	}
+	if c := r.Get("dup"); c.Secret() != ns+"/older" {
+		t.Errorf("cluster dup registered by %s, want the older Secret", c.Secret())
+	}
+	if names := r.Names(); len(names) != 1 {
+		t.Errorf("registered %v, want only dup", names)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the exec plugin of a refused kubeconfig ran")
+	}
+}
+
+func TestRegistryKeepsOldConnectionWhenRotatedToBrokenKubeconfig(t *testing.T) {
+	r, hub, _, rec := startRegistry(t, secret("east", "", tokenKubeconfig, time.Hour))
+	waitUntil(t, func() bool { c := r.Get("east"); return c != nil && c.HasSynced() })
+	before := r.Get("east")
+	events(rec)
+
+	s, _ := hub.CoreV1().Secrets(ns).Get(context.Background(), "east", metav1.GetOptions{})
+	s.Data[KubeconfigKey] = []byte("garbage")
+	s.ResourceVersion = "2" // the fake API server does not bump it
+	if _, err := hub.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return len(rec.Events) > 0 })
+	if got := strings.Join(events(rec), "\n"); !strings.Contains(got, ReasonInvalidConfig) || !strings.Contains(got, "keeping the previous connection") {
+		t.Errorf("events = %s", got)
+	}
+	if r.Get("east") != before {
+		t.Error("the working connection was replaced by a broken one")
+	}
+}

@@ -1,0 +1,295 @@
+package endpoints
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// SlicePlan lists the hub EndpointSlice writes that bring the slices of one
+// Source to the desired state. Its objects are fresh copies, sorted by name;
+// Update and Delete objects keep the resourceVersion they were planned from.
+type SlicePlan struct {
+	Create, Update, Delete []*discoveryv1.EndpointSlice
+}
+
+// Empty reports whether the plan has no writes.
+func (p SlicePlan) Empty() bool {
+	return len(p.Create) == 0 && len(p.Update) == 0 && len(p.Delete) == 0
+}
+
+// plannedSlice is a hub slice being planned.
+type plannedSlice struct {
+	existing  *discoveryv1.EndpointSlice // nil for a new slice; read-only
+	group     *sliceGroup
+	endpoints []*discoveryv1.Endpoint
+}
+
+// fill moves endpoints from the front of rest into s while it has room and
+// returns what is left.
+func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoint {
+	n := min(MaxEndpointsPerSlice-len(s.endpoints), len(rest))
+	if n <= 0 {
+		return rest
+	}
+	s.endpoints = append(s.endpoints, rest[:n]...)
+	return rest[n:]
+}
+
+// PlanSlices returns the writes that turn existing, the hub slices of src
+// read from a cache, into the desired aggregation of src's member slices.
+// existing is never modified. Slices not ours for src (see IsManagedSlice) are
+// ignored, but their names are never reused.
+//
+// Like the upstream EndpointSlice reconciler it minimizes churn:
+//  1. existing slices keep the endpoints still desired (in their desired
+//     version); a slice whose content changed is updated, an emptied one is
+//     deleted;
+//  2. remaining endpoints fill the slices already being updated, then, if
+//     they all fit, the fullest unchanged slice with room, then new slices
+//     named with the lowest free SliceName indices;
+//  3. a new slice and a deleted slice of the same address type become one
+//     update of the deleted slice.
+//
+// The result depends only on the content of its inputs, not on their order,
+// and is empty when existing is in sync.
+func PlanSlices(src Source, existing []*discoveryv1.EndpointSlice) SlicePlan {
+	namespace, service, cluster := src.Service.Namespace, src.Service.Name, src.Cluster
+	labels := SliceLabels(namespace, service, cluster)
+	groups := desiredGroups(src)
+
+	var toUpdate []*plannedSlice
+	var toDelete []*discoveryv1.EndpointSlice
+	unchanged := make(map[*sliceGroup][]*plannedSlice)
+	changed := make(map[*sliceGroup][]*plannedSlice)
+
+	// 1. Keep the endpoints of existing slices that are still desired.
+	for _, es := range ownedSlices(existing, namespace, service, cluster) {
+		g := groups[groupKey(es.AddressType, es.Ports)]
+		if g == nil {
+			toDelete = append(toDelete, es)
+			continue
+		}
+		ps, dirty := keepDesired(es, g)
+		dirty = dirty || !ownedEqual(labels, es.Labels, sliceLabelKeys)
+		switch {
+		case len(ps.endpoints) == 0:
+			toDelete = append(toDelete, es)
+		case dirty:
+			changed[g] = append(changed[g], ps)
+		default:
+			unchanged[g] = append(unchanged[g], ps)
+		}
+	}
+
+	// 2. Place the remaining endpoints, group by group.
+	var toCreate []*plannedSlice
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[key]
+		rest := remainingEndpoints(g)
+		updating := changed[g]
+		slices.SortFunc(updating, fullestFirst)
+		for _, ps := range updating {
+			rest = ps.fill(rest)
+		}
+		for len(rest) > 0 {
+			if len(rest) < MaxEndpointsPerSlice {
+				if ps := takeSliceToFill(unchanged, g, len(rest)); ps != nil {
+					rest = ps.fill(rest)
+					updating = append(updating, ps)
+					continue
+				}
+			}
+			ps := &plannedSlice{group: g}
+			rest = ps.fill(rest)
+			toCreate = append(toCreate, ps)
+		}
+		toUpdate = append(toUpdate, updating...)
+	}
+
+	// 3. Reuse slices that would be deleted for new content. AddressType is
+	// immutable, so only a slice of the same type can be reused.
+	var created []*plannedSlice
+	for _, ps := range toCreate {
+		i := slices.IndexFunc(toDelete, func(es *discoveryv1.EndpointSlice) bool {
+			return es.AddressType == ps.group.addressType
+		})
+		if i < 0 {
+			created = append(created, ps)
+			continue
+		}
+		ps.existing = toDelete[i]
+		toDelete = slices.Delete(toDelete, i, i+1)
+		toUpdate = append(toUpdate, ps)
+	}
+
+	var plan SlicePlan
+	names := newSliceNamer(existing, namespace, service, cluster)
+	for _, ps := range created {
+		plan.Create = append(plan.Create, ps.object(names.next(), namespace, labels))
+	}
+	for _, ps := range toUpdate {
+		plan.Update = append(plan.Update, ps.object("", namespace, labels))
+	}
+	for _, es := range toDelete {
+		plan.Delete = append(plan.Delete, es.DeepCopy())
+	}
+	sortByName(plan.Create)
+	sortByName(plan.Update)
+	sortByName(plan.Delete)
+	return plan
+}
+
+// PlanSlicesDelete returns the deletion of every hub slice in existing that is
+// ours for service of namespace in cluster, for when the member Service is
+// gone or no longer exported.
+func PlanSlicesDelete(namespace, service, cluster string, existing []*discoveryv1.EndpointSlice) SlicePlan {
+	var plan SlicePlan
+	for _, es := range ownedSlices(existing, namespace, service, cluster) {
+		plan.Delete = append(plan.Delete, es.DeepCopy())
+	}
+	return plan
+}
+
+// ownedSlices returns the slices of existing that are ours for the source,
+// sorted by name.
+func ownedSlices(existing []*discoveryv1.EndpointSlice, namespace, service, cluster string) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, es := range existing {
+		if es != nil && ownsSlice(es, namespace, service, cluster) {
+			out = append(out, es)
+		}
+	}
+	sortByName(out)
+	return out
+}
+
+// keepDesired returns the endpoints of es still desired in g, in their
+// desired (member) version, and removes them from g. dirty reports whether any was
+// dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back to g.
+func keepDesired(es *discoveryv1.EndpointSlice, g *sliceGroup) (ps *plannedSlice, dirty bool) {
+	ps = &plannedSlice{existing: es, group: g, endpoints: make([]*discoveryv1.Endpoint, 0, len(es.Endpoints))}
+	for i := range es.Endpoints {
+		ep := &es.Endpoints[i]
+		if len(ep.Addresses) == 0 {
+			dirty = true
+			continue
+		}
+		want, ok := g.endpoints[ep.Addresses[0]]
+		if !ok {
+			dirty = true
+			continue
+		}
+		dirty = dirty || !endpointEqual(want, ep)
+		ps.endpoints = append(ps.endpoints, want)
+		delete(g.endpoints, ep.Addresses[0])
+	}
+	if len(ps.endpoints) > MaxEndpointsPerSlice {
+		slices.SortFunc(ps.endpoints, compareEndpoints)
+		for _, ep := range ps.endpoints[MaxEndpointsPerSlice:] {
+			g.endpoints[ep.Addresses[0]] = ep
+		}
+		ps.endpoints = ps.endpoints[:MaxEndpointsPerSlice]
+		dirty = true
+	}
+	return ps, dirty
+}
+
+// remainingEndpoints returns the endpoints of g not yet placed, sorted.
+func remainingEndpoints(g *sliceGroup) []*discoveryv1.Endpoint {
+	rest := slices.Collect(maps.Values(g.endpoints))
+	slices.SortFunc(rest, compareEndpoints)
+	return rest
+}
+
+// takeSliceToFill removes from unchanged[g] and returns the fullest slice with
+// room for n more endpoints, or nil.
+func takeSliceToFill(unchanged map[*sliceGroup][]*plannedSlice, g *sliceGroup, n int) *plannedSlice {
+	best := -1
+	for i, ps := range unchanged[g] {
+		if len(ps.endpoints)+n > MaxEndpointsPerSlice {
+			continue
+		}
+		if best < 0 || fullestFirst(ps, unchanged[g][best]) < 0 {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	ps := unchanged[g][best]
+	unchanged[g] = slices.Delete(unchanged[g], best, best+1)
+	return ps
+}
+
+// fullestFirst orders slices by decreasing size, then by name.
+func fullestFirst(a, b *plannedSlice) int {
+	return cmp.Or(
+		cmp.Compare(len(b.endpoints), len(a.endpoints)),
+		strings.Compare(a.existing.Name, b.existing.Name),
+	)
+}
+
+// compareEndpoints orders endpoints by first address.
+func compareEndpoints(a, b *discoveryv1.Endpoint) int {
+	return strings.Compare(a.Addresses[0], b.Addresses[0])
+}
+
+// object returns the planned slice as a new object. New slices get name;
+// existing ones keep their metadata with our labels applied.
+func (s *plannedSlice) object(name, namespace string, labels map[string]string) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{
+		AddressType: s.group.addressType,
+		Ports:       sortedPorts(s.group.ports),
+		Endpoints:   make([]discoveryv1.Endpoint, len(s.endpoints)),
+	}
+	slices.SortFunc(s.endpoints, compareEndpoints)
+	for i, ep := range s.endpoints {
+		hubEndpointInto(ep, &out.Endpoints[i])
+	}
+	if s.existing == nil {
+		out.Name, out.Namespace, out.Labels = name, namespace, maps.Clone(labels)
+		return out
+	}
+	out.TypeMeta = s.existing.TypeMeta
+	s.existing.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Labels = mergeOwned(labels, out.Labels, sliceLabelKeys)
+	return out
+}
+
+// sliceNamer hands out SliceName names with the lowest indices not used by
+// any existing slice.
+type sliceNamer struct {
+	prefix string
+	used   map[int]bool
+	index  int
+}
+
+func newSliceNamer(existing []*discoveryv1.EndpointSlice, namespace, service, cluster string) *sliceNamer {
+	n := &sliceNamer{prefix: slicePrefix(namespace, service, cluster), used: make(map[int]bool)}
+	for _, es := range existing {
+		if es == nil {
+			continue
+		}
+		if i, ok := sliceIndex(es.Name, n.prefix); ok {
+			n.used[i] = true
+		}
+	}
+	return n
+}
+
+func (n *sliceNamer) next() string {
+	for n.used[n.index] {
+		n.index++
+	}
+	n.used[n.index] = true
+	return n.prefix + strconv.Itoa(n.index)
+}
+
+func sortByName(list []*discoveryv1.EndpointSlice) {
+	slices.SortFunc(list, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+}

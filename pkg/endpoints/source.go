@@ -1,0 +1,34 @@
+package endpoints
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Source is one exported member Service with its member EndpointSlices.
+type Source struct {
+	// Cluster is the member cluster's name, a DNS label.
+	Cluster string
+	// Service is the member Service; never nil and read-only (it comes from an
+	// informer cache).
+	Service *corev1.Service
+	// Slices are the member's EndpointSlices of Service; read-only.
+	Slices []*discoveryv1.EndpointSlice
+}
+
+// ipSlices returns the IPv4 and IPv6 slices of s sorted by name, so that any
+// choice made while walking them does not depend on informer order. FQDN
+// slices are never aggregated.
+func (s Source) ipSlices() []*discoveryv1.EndpointSlice {
+	out := make([]*discoveryv1.EndpointSlice, 0, len(s.Slices))
+	for _, sl := range s.Slices {
+		if sl != nil && (sl.AddressType == discoveryv1.AddressTypeIPv4 || sl.AddressType == discoveryv1.AddressTypeIPv6) {
+			out = append(out, sl)
+		}
+	}
+	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

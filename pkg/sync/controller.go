@@ -1,0 +1,316 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// Member is the read side of one member cluster, as the controller sees it.
+type Member interface {
+	// HasSynced reports whether the member's caches hold a full view.
+	HasSynced() bool
+	ServiceLister() corelisters.ServiceLister
+	// EndpointSlices returns the member's slices of one service; read-only.
+	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
+	// ServiceExport returns the member's ServiceExport, or nil.
+	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
+}
+
+// Members is the dynamic set of members.
+type Members interface {
+	// Member returns a registered member, or nil.
+	Member(name string) Member
+	// Names lists the registered members.
+	Names() []string
+	// SecretsSynced reports whether the registrations are fully known, so
+	// that a name not registered is really gone.
+	SecretsSynced() bool
+}
+
+// Options configure the controller.
+type Options struct {
+	Workers            int
+	Export             ExportPolicy
+	PerClusterServices endpoints.PerClusterMode
+	CreateNamespaces   bool
+	Recorder           record.EventRecorder
+	Metrics            *Metrics
+}
+
+// Hub informer indexes.
+const (
+	// byCluster indexes our hub objects by source cluster.
+	byCluster = "cluster"
+	// bySource indexes our MCS slices by "<namespace>/<service>/<cluster>".
+	bySource = "source"
+)
+
+// retry tuning: per-key exponential backoff from 5ms, capped at 5 minutes,
+// and at most 10 retries/s (burst 100) overall. A key is retried until it
+// succeeds: dropping it would leave the hub stale until the next event.
+const (
+	retryBase     = 5 * time.Millisecond
+	retryMax      = 5 * time.Minute
+	conflictRetry = 5 * time.Minute
+)
+
+// Controller keeps the hub's aggregated objects in line with the members.
+type Controller struct {
+	opts     Options
+	members  Members
+	hub      kubernetes.Interface
+	hubMCS   mcsclientset.Interface
+	recorder record.EventRecorder
+	metrics  *Metrics
+
+	queue workqueue.TypedRateLimitingInterface[Key]
+
+	// starters start the hub informer factories.
+	starters []func(stop <-chan struct{})
+
+	services    corelisters.ServiceLister
+	serviceInf  cache.SharedIndexInformer
+	endpoints   corelisters.EndpointsLister
+	endpointInf cache.SharedIndexInformer
+	slices      discoverylisters.EndpointSliceLister
+	sliceInf    cache.SharedIndexInformer
+	imports     mcslisters.ServiceImportLister
+	importInf   cache.SharedIndexInformer
+	namespaces  corelisters.NamespaceLister
+	nsInf       cache.SharedIndexInformer
+
+	// started is closed once startup garbage collection has been queued.
+	started     chan struct{}
+	startedOnce stdsync.Once
+}
+
+// New builds a controller writing to the hub through hub and hubMCS.
+func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Members, opts Options) (*Controller, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.PerClusterServices == "" {
+		opts.PerClusterServices = endpoints.PerClusterMirror
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = &record.FakeRecorder{}
+	}
+	c := &Controller{
+		opts:     opts,
+		members:  members,
+		hub:      hub,
+		hubMCS:   hubMCS,
+		recorder: opts.Recorder,
+		metrics:  opts.Metrics,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
+				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "endpoint_aggregator"}),
+		started: make(chan struct{}),
+	}
+
+	// The hub caches hold only our objects: every write is labelled, and
+	// filtering keeps memory proportional to our output, not the hub's size.
+	ours := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String()
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
+		informers.WithTransform(stripHubObject))
+	// Slices are recognised by their managed-by label alone: mirrored slices
+	// copy our other labels from the per-cluster Endpoints.
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()
+		}),
+		informers.WithTransform(stripHubObject))
+	mcsFactory := mcsinformers.NewSharedInformerFactoryWithOptions(hubMCS, 0,
+		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
+		mcsinformers.WithTransform(stripHubObject))
+	nsFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0, informers.WithTransform(stripHubObject))
+
+	c.serviceInf = kubeFactory.Core().V1().Services().Informer()
+	c.services = kubeFactory.Core().V1().Services().Lister()
+	c.endpointInf = kubeFactory.Core().V1().Endpoints().Informer()
+	c.endpoints = kubeFactory.Core().V1().Endpoints().Lister()
+	c.sliceInf = sliceFactory.Discovery().V1().EndpointSlices().Informer()
+	c.slices = sliceFactory.Discovery().V1().EndpointSlices().Lister()
+	c.importInf = mcsFactory.Multicluster().V1beta1().ServiceImports().Informer()
+	c.imports = mcsFactory.Multicluster().V1beta1().ServiceImports().Lister()
+	c.nsInf = nsFactory.Core().V1().Namespaces().Informer()
+	c.namespaces = nsFactory.Core().V1().Namespaces().Lister()
+	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
+
+	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
+		if err := inf.AddIndexers(cache.Indexers{byCluster: clusterIndex}); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
+		return nil, err
+	}
+	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
+		if _, err := inf.AddEventHandler(changeHandler(c.enqueueHub)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceAdded}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// HubSynced reports whether the hub caches have synced.
+func (c *Controller) HubSynced() bool {
+	return c.serviceInf.HasSynced() && c.endpointInf.HasSynced() && c.sliceInf.HasSynced() &&
+		c.importInf.HasSynced() && c.nsInf.HasSynced()
+}
+
+// StartInformers starts the hub informers. Standby replicas call it to keep
+// warm caches; Run calls it too.
+func (c *Controller) StartInformers(ctx context.Context) {
+	for _, start := range c.starters {
+		start(ctx.Done())
+	}
+}
+
+// Run waits for the hub caches and the member registrations, queues every hub
+// object for garbage collection, and runs workers until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	c.StartInformers(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.HubSynced) {
+		return errors.New("hub caches did not sync")
+	}
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return c.members.SecretsSynced(), nil
+	}); err != nil {
+		return fmt.Errorf("waiting for member registrations: %w", err)
+	}
+	// Every hub object is checked once: those of clusters without a Secret
+	// are withdrawn now; those of registered clusters wait for the cluster
+	// to sync (ClusterSynced queues them again).
+	c.enqueueHubObjects(labels.Everything())
+	c.startedOnce.Do(func() { close(c.started) })
+
+	klog.InfoS("Starting workers", "count", c.opts.Workers)
+	var wg stdsync.WaitGroup
+	for i := 0; i < c.opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.worker, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+
+	start := time.Now()
+	err := c.sync(ctx, key)
+	c.metrics.SyncDuration.Observe(time.Since(start).Seconds())
+	var conflict *conflictError
+	switch {
+	case err == nil:
+		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
+		c.queue.Forget(key)
+	case errors.As(err, &conflict):
+		// Someone else's object holds our name: nothing we can do but look
+		// again later, without hammering the API server.
+		c.metrics.Syncs.WithLabelValues(resultConflict).Inc()
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, conflictRetry)
+	default:
+		c.metrics.Syncs.WithLabelValues(resultError).Inc()
+		klog.V(2).InfoS("Sync failed, will retry", "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		c.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// sync brings the hub objects owned by key in line with the members.
+func (c *Controller) sync(ctx context.Context, key Key) error {
+	if key.IsClusterSet() {
+		return c.syncClusterSet(ctx, key)
+	}
+	return c.syncMemberService(ctx, key)
+}
+
+// QueueLen is the number of keys waiting; tests and readiness use it.
+func (c *Controller) QueueLen() int { return c.queue.Len() }
+
+// clusterIndex is the byCluster index function.
+func clusterIndex(obj interface{}) ([]string, error) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
+		return []string{k.Cluster}, nil
+	}
+	return nil, nil
+}
+
+// sourceIndex is the bySource index function.
+func sourceIndex(obj interface{}) ([]string, error) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
+		return []string{sourceKey(k)}, nil
+	}
+	return nil, nil
+}
+
+func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
+
+// stripHubObject drops managed fields from hub objects before caching.
+func stripHubObject(obj interface{}) (interface{}, error) {
+	if m, err := metaOf(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}

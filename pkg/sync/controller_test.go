@@ -1,0 +1,319 @@
+package sync
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+var cartC1 = Key{Cluster: "c1", Namespace: "shop", Name: "cart"}
+
+func sliceName(i int) string { return endpoints.SliceName("shop", "cart", "c1", i) }
+
+func TestSyncMemberServiceWritesPerClusterObjectsAndSlices(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+
+	f.sync(cartC1)
+	want := []string{
+		"create endpoints shop/cart-c1",
+		"create endpointslices shop/" + sliceName(0),
+		"create services shop/cart-c1",
+	}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+
+	// Level-triggered: the same sync against an up-to-date hub writes nothing.
+	f.resetActions()
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("in-sync hub got writes %q", got)
+	}
+
+	slice, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slice.Labels[discoveryv1.LabelManagedBy]; got != endpoints.SliceManagedByValue {
+		t.Errorf("slice managed-by = %q", got)
+	}
+	if len(slice.Endpoints) != 3 {
+		t.Errorf("slice has %d endpoints, want 3", len(slice.Endpoints))
+	}
+}
+
+func TestSyncMemberServiceUpdatesOnlyWhatChanged(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+	f.sync(cartC1)
+
+	// Readiness flips: the slice and the Endpoints change, the Service does not.
+	f.resetActions()
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, false)}
+	f.sync(cartC1)
+	want := []string{
+		"update endpoints shop/cart-c1",
+		"update endpointslices shop/" + sliceName(0),
+	}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+	eps, _ := f.hub.CoreV1().Endpoints("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
+	if n := len(eps.Subsets[0].NotReadyAddresses); n != 3 || len(eps.Subsets[0].Addresses) != 0 {
+		t.Errorf("Endpoints: %d ready, %d not ready; want 0 and 3", len(eps.Subsets[0].Addresses), n)
+	}
+}
+
+func TestSyncMemberServiceNeverMutatesCaches(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	svc := service("shop", "cart")
+	_ = m.services.Add(svc)
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 150, true)}
+	f.sync(cartC1)
+
+	// Change the member so the next sync updates hub objects from the cache.
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 10, 120, true)}
+	memberBefore := []runtime.Object{svc.DeepCopy(), m.slices[0].DeepCopy()}
+	hubBefore := snapshot(f)
+	f.sync(cartC1)
+	if !reflect.DeepEqual(memberBefore, []runtime.Object{svc, m.slices[0]}) {
+		t.Error("sync mutated a member cache object")
+	}
+	for k, before := range hubBefore {
+		if !reflect.DeepEqual(before, k.obj) {
+			t.Errorf("sync mutated hub cache object %s", k.name)
+		}
+	}
+}
+
+type cached struct {
+	name string
+	obj  interface{}
+}
+
+// snapshot deep-copies every hub cache object, keyed by the cached pointer.
+func snapshot(f *fixture) map[cached]interface{} {
+	out := map[cached]interface{}{}
+	for _, store := range []interface{ List() []interface{} }{f.ctrl.serviceInf.GetStore(), f.ctrl.endpointInf.GetStore(), f.ctrl.sliceInf.GetStore(), f.ctrl.importInf.GetStore()} {
+		for _, o := range store.List() {
+			m, _ := metaOf(o)
+			out[cached{name: m.GetName(), obj: o}] = o.(runtime.Object).DeepCopyObject()
+		}
+	}
+	return out
+}
+
+func TestSyncMemberServiceWithdrawsUnexportedService(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 101, true)}
+	f.sync(cartC1)
+
+	f.resetActions()
+	_ = m.services.Delete(service("shop", "cart"))
+	f.sync(cartC1)
+	want := []string{
+		"delete endpoints shop/cart-c1",
+		"delete endpointslices shop/" + sliceName(0),
+		"delete endpointslices shop/" + sliceName(1),
+		"delete services shop/cart-c1",
+	}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestSyncLeavesForeignHubServiceAndReportsConflict(t *testing.T) {
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", Labels: map[string]string{"team": "payments"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}},
+	}
+	rec := record.NewFakeRecorder(10)
+	f := newFixture(t, Options{Recorder: rec}, []runtime.Object{foreign}, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+
+	err := f.ctrl.sync(f.ctx, cartC1)
+	var conflict *conflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("sync error = %v, want a conflict", err)
+	}
+	got, _ := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
+	if !reflect.DeepEqual(got, foreign) {
+		t.Errorf("foreign Service changed:\n%v", got)
+	}
+	for _, w := range f.writes() {
+		if strings.Contains(w, "cart-c1") && !strings.HasPrefix(w, "create") {
+			t.Errorf("wrote to the foreign object: %s", w)
+		}
+	}
+	if n := testutil.ToFloat64(f.ctrl.metrics.Conflicts.WithLabelValues(resourceService)); n != 1 {
+		t.Errorf("conflict metric = %v, want 1", n)
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, ReasonNameConflict) {
+			t.Errorf("event %q lacks reason %s", e, ReasonNameConflict)
+		}
+	default:
+		t.Error("no Event recorded for the conflict")
+	}
+}
+
+func TestSyncGarbageCollectsUnregisteredClusterOnlyAfterSecretsSync(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+	f.sync(cartC1)
+
+	delete(f.members.members, "c1")
+	f.members.synced = false
+	f.resetActions()
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("deleted objects before the Secret cache synced: %q", got)
+	}
+
+	f.members.synced = true
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 3 {
+		t.Fatalf("want the 3 objects of c1 deleted, got %q", got)
+	}
+}
+
+func TestSyncSkipsUnsyncedMember(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	m.synced = false
+	_ = m.services.Add(service("shop", "cart"))
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("wrote for an unsynced member: %q", got)
+	}
+}
+
+func TestSyncClusterSetWritesImportAndDerivedService(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	for _, c := range []string{"c1", "c2"} {
+		_ = f.member(c).services.Add(service("shop", "cart"))
+	}
+	key := cartC1.ClusterSet()
+	f.sync(key)
+	derived := endpoints.DerivedServiceName("shop", "cart")
+	want := []string{
+		"create serviceimports shop/cart",
+		"create services shop/" + derived,
+		"update serviceimports/status shop/cart",
+	}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+	svc, err := f.hub.CoreV1().Services("shop").Get(f.ctx, derived, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].Kind != "ServiceImport" {
+		t.Errorf("derived Service owner references = %v", svc.OwnerReferences)
+	}
+	imp, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	if len(imp.Status.Clusters) != 2 {
+		t.Errorf("import status clusters = %v", imp.Status.Clusters)
+	}
+
+	f.resetActions()
+	f.sync(key)
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("in-sync clusterset got writes %q", got)
+	}
+
+	// The last export goes: import and derived Service go with it.
+	for _, c := range []string{"c1", "c2"} {
+		_ = f.members.members[c].services.Delete(service("shop", "cart"))
+	}
+	f.sync(key)
+	want = []string{"delete serviceimports shop/cart", "delete services shop/" + derived}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestSyncSkipsMissingNamespaceUnlessCreating(t *testing.T) {
+	for _, create := range []bool{false, true} {
+		f := newFixture(t, Options{CreateNamespaces: create}, nil, nil)
+		_ = f.member("c1").services.Add(service("billing", "pay"))
+		key := Key{Cluster: "c1", Namespace: "billing", Name: "pay"}
+		if err := f.ctrl.sync(f.ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		got := f.writes()
+		if !create {
+			if len(got) != 0 {
+				t.Errorf("wrote into a missing namespace: %q", got)
+			}
+			if n := testutil.ToFloat64(f.ctrl.metrics.SkippedNamespace); n != 1 {
+				t.Errorf("namespace_missing metric = %v", n)
+			}
+			continue
+		}
+		if !slices.Contains(got, "create namespaces /billing") || !slices.Contains(got, "create services billing/pay-c1") {
+			t.Errorf("with --create-namespaces writes = %q", got)
+		}
+	}
+}
+
+func TestExportPolicy(t *testing.T) {
+	annotated := service("shop", "cart")
+	annotated.Annotations = map[string]string{AnnotationExport: "true"}
+	ours := service("shop", "cart-c1")
+	ours.Labels = map[string]string{endpoints.LabelManagedBy: endpoints.ManagedByValue}
+	external := service("shop", "ext")
+	external.Spec.Type = corev1.ServiceTypeExternalName
+	system := service("kube-system", "dns")
+
+	m := newFakeMember()
+	exclude := sets.New(DefaultExcludedNamespaces...)
+	cases := []struct {
+		name string
+		mode ExportMode
+		svc  *corev1.Service
+		want bool
+	}{
+		{"all exports a plain service", ExportAll, service("shop", "cart"), true},
+		{"annotation mode needs the annotation", ExportAnnotation, service("shop", "cart"), false},
+		{"annotation mode with annotation", ExportAnnotation, annotated, true},
+		{"our own output is never exported", ExportAll, ours, false},
+		{"ExternalName is never exported", ExportAll, external, false},
+		{"excluded namespace", ExportAll, system, false},
+		{"serviceexport mode without a ServiceExport", ExportServiceExport, annotated, false},
+		{"nil service", ExportAll, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := ExportPolicy{Mode: tc.mode, Exclude: exclude}
+			if _, got := p.export("c1", m, tc.svc); got != tc.want {
+				t.Errorf("exported = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

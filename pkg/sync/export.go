@@ -1,0 +1,83 @@
+package sync
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// ExportMode selects which member Services are exported.
+type ExportMode string
+
+const (
+	// ExportServiceExport exports Services that have a ServiceExport (MCS).
+	ExportServiceExport ExportMode = "serviceexport"
+	// ExportAnnotation exports Services annotated AnnotationExport: "true".
+	ExportAnnotation ExportMode = "annotation"
+	// ExportAll exports every Service in a selected namespace.
+	ExportAll ExportMode = "all"
+)
+
+// AnnotationExport marks a member Service as exported in annotation mode.
+const AnnotationExport = "endpoint-aggregator.io/export"
+
+// DefaultExcludedNamespaces are never exported unless included explicitly.
+var DefaultExcludedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// ParseExportMode validates a --export-mode value.
+func ParseExportMode(s string) (ExportMode, error) {
+	switch m := ExportMode(s); m {
+	case ExportServiceExport, ExportAnnotation, ExportAll:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown export mode %q (want serviceexport, annotation or all)", s)
+}
+
+// ExportPolicy decides which member Services are exported.
+type ExportPolicy struct {
+	Mode ExportMode
+	// Include, when not empty, is the only namespaces exported.
+	Include sets.Set[string]
+	// Exclude is never exported.
+	Exclude sets.Set[string]
+}
+
+// NamespaceSelected reports whether services in ns may be exported.
+func (p ExportPolicy) NamespaceSelected(ns string) bool {
+	if p.Include.Len() > 0 && !p.Include.Has(ns) {
+		return false
+	}
+	return !p.Exclude.Has(ns)
+}
+
+// export returns the export of svc from member cluster, or false when svc is
+// not exported. Objects this daemon wrote are never exported again, so a hub
+// that is also a member cannot feed its own output back in.
+func (p ExportPolicy) export(cluster string, m Member, svc *corev1.Service) (endpoints.Export, bool) {
+	if svc == nil || !p.NamespaceSelected(svc.Namespace) {
+		return endpoints.Export{}, false
+	}
+	if svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return endpoints.Export{}, false
+	}
+	e := endpoints.Export{Cluster: cluster, Service: svc, Created: svc.CreationTimestamp}
+	switch p.Mode {
+	case ExportAll:
+		return e, true
+	case ExportAnnotation:
+		return e, svc.Annotations[AnnotationExport] == "true"
+	case ExportServiceExport:
+		se := m.ServiceExport(svc.Namespace, svc.Name)
+		if se == nil {
+			return endpoints.Export{}, false
+		}
+		e.Created = se.CreationTimestamp
+		e.ExportedLabels = se.Spec.ExportedLabels
+		e.ExportedAnnotations = se.Spec.ExportedAnnotations
+		return e, true
+	}
+	return endpoints.Export{}, false
+}

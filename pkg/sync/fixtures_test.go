@@ -1,0 +1,218 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+)
+
+// fakeMember is a member whose caches the test fills directly.
+type fakeMember struct {
+	synced   bool
+	services cache.Indexer
+	slices   []*discoveryv1.EndpointSlice
+	exports  map[string]*mcsv1beta1.ServiceExport
+}
+
+func newFakeMember() *fakeMember {
+	return &fakeMember{
+		synced:   true,
+		services: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		exports:  map[string]*mcsv1beta1.ServiceExport{},
+	}
+}
+
+func (m *fakeMember) HasSynced() bool { return m.synced }
+func (m *fakeMember) ServiceLister() corelisters.ServiceLister {
+	return corelisters.NewServiceLister(m.services)
+}
+func (m *fakeMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlice, error) {
+	var out []*discoveryv1.EndpointSlice
+	for _, s := range m.slices {
+		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+func (m *fakeMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
+	return m.exports[ns+"/"+name]
+}
+
+type fakeMembers struct {
+	members map[string]*fakeMember
+	synced  bool
+}
+
+func (f *fakeMembers) Member(name string) Member {
+	if m, ok := f.members[name]; ok {
+		return m
+	}
+	return nil
+}
+func (f *fakeMembers) Names() []string {
+	out := make([]string, 0, len(f.members))
+	for n := range f.members {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+func (f *fakeMembers) SecretsSynced() bool { return f.synced }
+
+// fixture is a controller on fake hub clients with fake members.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	hub     *kubefake.Clientset
+	hubMCS  *mcsfake.Clientset
+	members *fakeMembers
+	ctrl    *Controller
+}
+
+func newFixture(t *testing.T, opts Options, hubObjects []runtime.Object, importObjects []runtime.Object) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	objs := append([]runtime.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}}, hubObjects...)
+	f := &fixture{
+		t:       t,
+		ctx:     ctx,
+		hub:     kubefake.NewClientset(objs...),
+		hubMCS:  mcsfake.NewSimpleClientset(importObjects...),
+		members: &fakeMembers{members: map[string]*fakeMember{}, synced: true},
+	}
+	if opts.Export.Mode == "" {
+		opts.Export = ExportPolicy{Mode: ExportAll, Exclude: sets.New(DefaultExcludedNamespaces...)}
+	}
+	ctrl, err := New(f.hub, f.hubMCS, f.members, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ctrl = ctrl
+	ctrl.StartInformers(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HubSynced) {
+		t.Fatal("hub caches did not sync")
+	}
+	return f
+}
+
+func (f *fixture) member(name string) *fakeMember {
+	m := newFakeMember()
+	f.members.members[name] = m
+	return m
+}
+
+// writes returns the hub write actions recorded since the last reset, as
+// "verb resource[/subresource] namespace/name" strings.
+func (f *fixture) writes() []string {
+	var out []string
+	for _, cs := range []interface{ Actions() []clienttesting.Action }{f.hub, f.hubMCS} {
+		for _, a := range cs.Actions() {
+			switch a.GetVerb() {
+			case "get", "list", "watch":
+				continue
+			}
+			res := a.GetResource().Resource
+			if sub := a.GetSubresource(); sub != "" {
+				res += "/" + sub
+			}
+			name := ""
+			switch act := a.(type) {
+			case clienttesting.CreateAction:
+				m, _ := metaOf(act.GetObject())
+				name = m.GetName()
+			case clienttesting.UpdateAction:
+				m, _ := metaOf(act.GetObject())
+				name = m.GetName()
+			case clienttesting.DeleteAction:
+				name = act.GetName()
+			}
+			out = append(out, fmt.Sprintf("%s %s %s/%s", a.GetVerb(), res, a.GetNamespace(), name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (f *fixture) resetActions() {
+	f.hub.ClearActions()
+	f.hubMCS.ClearActions()
+}
+
+// syncAndSettle runs one sync, then waits until the hub caches hold what the
+// fake API server holds, so a following sync sees its own writes.
+func (f *fixture) sync(key Key) {
+	f.t.Helper()
+	if err := f.ctrl.sync(f.ctx, key); err != nil {
+		f.t.Fatalf("sync %s: %v", key, err)
+	}
+	f.settle()
+}
+
+func (f *fixture) settle() {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if f.cachesMatch() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.t.Fatal("hub caches did not catch up with the fake API server")
+}
+
+func (f *fixture) cachesMatch() bool {
+	svcs, _ := f.hub.CoreV1().Services("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
+	eps, _ := f.hub.CoreV1().Endpoints("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
+	sl, _ := f.hub.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{LabelSelector: "endpointslice.kubernetes.io/managed-by=endpoint-aggregator.io"})
+	imps, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
+	return len(svcs.Items) == len(f.ctrl.serviceInf.GetStore().List()) &&
+		len(eps.Items) == len(f.ctrl.endpointInf.GetStore().List()) &&
+		len(sl.Items) == len(f.ctrl.sliceInf.GetStore().List()) &&
+		len(imps.Items) == len(f.ctrl.importInf.GetStore().List())
+}
+
+func service(ns, name string, ports ...corev1.ServicePort) *corev1.Service {
+	if len(ports) == 0 {
+		ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(time.Unix(1000, 0))},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.10", Ports: ports},
+	}
+}
+
+// memberSlice returns a member slice of ns/svc with n IPv4 endpoints from base.
+func memberSlice(ns, svc, name string, base, n int, ready bool) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for i := 0; i < n; i++ {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", (base+i)/65536%256, (base+i)/256%256, (base+i)%256)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(false)},
+			NodeName:   ptr.To("node-1"),
+			Zone:       ptr.To("zone-a"),
+		})
+	}
+	return s
+}

@@ -1,0 +1,187 @@
+package sync
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Event handlers only map objects to keys. They never write and never block.
+
+// EventHandlers returns the handlers for one member's informers. It satisfies
+// the member registry's callback interface.
+func (c *Controller) EventHandlers(cluster string) (services, slices, exports cache.ResourceEventHandler) {
+	// A Service or ServiceExport change can change the merged import, so it
+	// queues the clusterset key too; a slice change cannot.
+	both := func(obj interface{}) {
+		m, err := metaOf(obj)
+		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
+			return
+		}
+		k := Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}
+		c.queue.Add(k)
+		c.queue.Add(k.ClusterSet())
+	}
+	slice := func(obj interface{}) {
+		m, err := metaOf(obj)
+		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
+			return
+		}
+		svc := m.GetLabels()[discoveryv1.LabelServiceName]
+		if svc == "" {
+			return
+		}
+		c.queue.Add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc})
+	}
+	sliceHandler := changeHandler(slice)
+	// A slice moved to another service (label change) must resync the old one.
+	sliceHandler.UpdateFunc = func(old, cur interface{}) {
+		o, n := old.(*discoveryv1.EndpointSlice), cur.(*discoveryv1.EndpointSlice)
+		if o.ResourceVersion == n.ResourceVersion {
+			return
+		}
+		if o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
+			slice(old)
+		}
+		slice(cur)
+	}
+	return changeHandler(both), sliceHandler, changeHandler(both)
+}
+
+// ClusterSynced queues everything a newly synced (or rotated) member may
+// affect: each of its services, and each hub object sourced from it, which
+// garbage collects what it no longer has.
+func (c *Controller) ClusterSynced(cluster string) {
+	m := c.members.Member(cluster)
+	if m == nil {
+		return
+	}
+	svcs, err := m.ServiceLister().List(labels.Everything())
+	if err == nil {
+		for _, s := range svcs {
+			if !c.opts.Export.NamespaceSelected(s.Namespace) {
+				continue
+			}
+			k := Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}
+			c.queue.Add(k)
+			c.queue.Add(k.ClusterSet())
+		}
+	}
+	c.enqueueClusterObjects(cluster)
+	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
+}
+
+// ClusterRemoved queues every hub object sourced from a removed member, which
+// withdraws them.
+func (c *Controller) ClusterRemoved(cluster string) {
+	c.enqueueClusterObjects(cluster)
+}
+
+func (c *Controller) enqueueClusterObjects(cluster string) {
+	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
+		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			c.enqueueHub(o)
+		}
+	}
+}
+
+// enqueueHubObjects queues the owner of every cached hub object.
+func (c *Controller) enqueueHubObjects(sel labels.Selector) {
+	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
+		for _, o := range inf.GetStore().List() {
+			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
+				c.enqueueHub(o)
+			}
+		}
+	}
+}
+
+// enqueueHub queues the key that owns one of our hub objects, so that a
+// change made by someone else is undone and a deleted object comes back.
+func (c *Controller) enqueueHub(obj interface{}) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return
+	}
+	if k, ok := hubKey(m); ok {
+		c.queue.Add(k)
+		if !k.IsClusterSet() {
+			c.queue.Add(k.ClusterSet())
+		}
+		return
+	}
+	if isServiceImport(obj) {
+		c.queue.Add(Key{Namespace: m.GetNamespace(), Name: m.GetName()})
+	}
+}
+
+// namespaceAdded retries the services of a namespace that appeared in the hub.
+func (c *Controller) namespaceAdded(obj interface{}) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	select {
+	case <-c.started:
+	default:
+		return // startup queues everything anyway
+	}
+	for _, name := range c.members.Names() {
+		m := c.members.Member(name)
+		if m == nil || !m.HasSynced() {
+			continue
+		}
+		svcs, err := m.ServiceLister().Services(ns.Name).List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, s := range svcs {
+			k := Key{Cluster: name, Namespace: s.Namespace, Name: s.Name}
+			c.queue.Add(k)
+			c.queue.Add(k.ClusterSet())
+		}
+	}
+}
+
+// changeHandler calls f on add, on delete (tombstones unwrapped) and on
+// updates that changed the resourceVersion.
+func changeHandler(f func(obj interface{})) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: f,
+		UpdateFunc: func(old, cur interface{}) {
+			o, err1 := metaOf(old)
+			n, err2 := metaOf(cur)
+			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return
+			}
+			f(cur)
+		},
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			f(obj)
+		},
+	}
+}
+
+func metaOf(obj interface{}) (metav1.Object, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("not an object: %T", obj)
+	}
+	return m, nil
+}

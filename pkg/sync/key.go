@@ -1,0 +1,48 @@
+package sync
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// Key names one unit of work. With a Cluster it is one member service; with an
+// empty Cluster it is the clusterset service merged from every member.
+type Key struct {
+	Cluster   string
+	Namespace string
+	Name      string
+}
+
+// ClusterSet returns the clusterset key of k's service.
+func (k Key) ClusterSet() Key { return Key{Namespace: k.Namespace, Name: k.Name} }
+
+// IsClusterSet reports whether k is a clusterset key.
+func (k Key) IsClusterSet() bool { return k.Cluster == "" }
+
+func (k Key) String() string {
+	if k.IsClusterSet() {
+		return "clusterset/" + k.Namespace + "/" + k.Name
+	}
+	return k.Cluster + "/" + k.Namespace + "/" + k.Name
+}
+
+// hubKey maps one of our hub objects to the key that owns it. ok is false for
+// objects no key owns (not ours, or missing labels).
+func hubKey(obj v1.Object) (Key, bool) {
+	l := obj.GetLabels()
+	ns := obj.GetNamespace()
+	switch {
+	case l[endpoints.LabelSourceCluster] != "" && l[endpoints.LabelServiceName] != "":
+		// Per-cluster Service or Endpoints.
+		return Key{Cluster: l[endpoints.LabelSourceCluster], Namespace: ns, Name: l[endpoints.LabelServiceName]}, true
+	case l[mcsv1beta1.LabelSourceCluster] != "" && l[mcsv1beta1.LabelServiceName] != "":
+		// MCS EndpointSlice.
+		return Key{Cluster: l[mcsv1beta1.LabelSourceCluster], Namespace: ns, Name: l[mcsv1beta1.LabelServiceName]}, true
+	case l[mcsv1beta1.LabelServiceName] != "":
+		// Derived Service.
+		return Key{Namespace: ns, Name: l[mcsv1beta1.LabelServiceName]}, true
+	}
+	return Key{}, false
+}

@@ -1,0 +1,193 @@
+package sync
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// syncMemberService writes the hub objects sourced from one member service:
+// its per-cluster Service and Endpoints and its MCS EndpointSlices. With the
+// service gone, unexported or its member unregistered, it withdraws them.
+func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
+	m := c.members.Member(key.Cluster)
+	switch {
+	case m != nil && !m.HasSynced():
+		return nil // ClusterSynced queues the key again
+	case m == nil && !c.members.SecretsSynced():
+		return nil // the member may yet be registered
+	}
+
+	var src *endpoints.Source
+	if m != nil {
+		svc, err := m.ServiceLister().Services(key.Namespace).Get(key.Name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if _, ok := c.opts.Export.export(key.Cluster, m, svc); ok {
+			slices, err := m.EndpointSlices(key.Namespace, key.Name)
+			if err != nil {
+				return err
+			}
+			src = &endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices}
+		}
+	}
+	if src != nil {
+		if ok, err := c.ensureNamespace(ctx, key); !ok {
+			return err
+		}
+	}
+
+	var errs *multierror.Error
+	errs = multierror.Append(errs, c.syncPerCluster(ctx, key, src))
+	errs = multierror.Append(errs, c.syncSlices(ctx, key, src))
+	return errs.ErrorOrNil()
+}
+
+// syncPerCluster writes the `<service>-<cluster>` Service and Endpoints.
+func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints.Source) error {
+	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
+	var wantSvc *corev1.Service
+	var wantEps *corev1.Endpoints
+	if src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
+		wantSvc = endpoints.PerClusterService(*src, c.opts.PerClusterServices)
+		wantEps = endpoints.PerClusterEndpoints(*src)
+	}
+
+	liveSvc, err := c.services.Services(key.Namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if liveSvc != nil && !ownedBy(liveSvc, key) {
+		// Ours, but written for another source whose name collides.
+		return c.conflict(resourceService, liveSvc, key)
+	}
+	liveEps, err := c.endpoints.Endpoints(key.Namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if liveEps != nil && !ownedBy(liveEps, key) {
+		return c.conflict(resourceEndpoints, liveEps, key)
+	}
+
+	svcOps, epsOps := c.serviceOps(), c.endpointsOps()
+	if wantSvc == nil {
+		// Withdraw Endpoints first so nothing routes to a half-removed pair.
+		if liveEps != nil {
+			if err := remove(ctx, c, epsOps, liveEps); err != nil {
+				return err
+			}
+		}
+		if liveSvc != nil {
+			return remove(ctx, c, svcOps, liveSvc)
+		}
+		return nil
+	}
+
+	switch {
+	case liveSvc == nil:
+		if _, err := create(ctx, c, svcOps, key, wantSvc); err != nil {
+			return err
+		}
+	case endpoints.ServiceNeedsRecreate(wantSvc, liveSvc):
+		// ClusterIP is immutable: headless-ness changes need a new object.
+		if err := remove(ctx, c, svcOps, liveSvc); err != nil {
+			return err
+		}
+		if _, err := create(ctx, c, svcOps, key, wantSvc); err != nil {
+			return err
+		}
+	case !endpoints.ServiceUpToDate(wantSvc, liveSvc):
+		if _, err := update(ctx, c, svcOps, endpoints.MergeService(wantSvc, liveSvc)); err != nil {
+			return err
+		}
+	}
+
+	switch {
+	case liveEps == nil:
+		_, err = create(ctx, c, epsOps, key, wantEps)
+	case !endpoints.EndpointsUpToDate(wantEps, liveEps):
+		_, err = update(ctx, c, epsOps, endpoints.MergeEndpoints(wantEps, liveEps))
+	}
+	return err
+}
+
+// syncSlices writes the MCS EndpointSlices of one member service.
+func (c *Controller) syncSlices(ctx context.Context, key Key, src *endpoints.Source) error {
+	existing, err := c.hubSlices(key)
+	if err != nil {
+		return err
+	}
+	var plan endpoints.SlicePlan
+	if src != nil {
+		plan = endpoints.PlanSlices(*src, existing)
+	} else {
+		plan = endpoints.PlanSlicesDelete(key.Namespace, key.Name, key.Cluster, existing)
+	}
+	if plan.Empty() {
+		return nil
+	}
+	klog.V(4).InfoS("Writing slices", "key", key.String(), "create", len(plan.Create), "update", len(plan.Update), "delete", len(plan.Delete))
+	// Fixed order: creates and updates before deletes, so endpoints moving
+	// between slices are never missing from the hub.
+	ops := c.sliceOps()
+	var errs *multierror.Error
+	for _, s := range plan.Create {
+		_, err := create(ctx, c, ops, key, s)
+		errs = multierror.Append(errs, err)
+	}
+	for _, s := range plan.Update {
+		_, err := update(ctx, c, ops, s)
+		errs = multierror.Append(errs, err)
+	}
+	for _, s := range plan.Delete {
+		errs = multierror.Append(errs, remove(ctx, c, ops, s))
+	}
+	return errs.ErrorOrNil()
+}
+
+// hubSlices returns our cached hub slices sourced from key; read-only.
+func (c *Controller) hubSlices(key Key) ([]*discoveryv1.EndpointSlice, error) {
+	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, sourceKey(key))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// ensureNamespace reports whether the hub has the key's namespace, creating
+// it when --create-namespaces is set. A missing namespace is not an error to
+// retry: the key is queued again when the namespace appears.
+func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error) {
+	if _, err := c.namespaces.Get(key.Namespace); err == nil {
+		return true, nil
+	}
+	ref := &corev1.ObjectReference{Kind: "Namespace", APIVersion: "v1", Name: key.Namespace}
+	if !c.opts.CreateNamespaces {
+		c.metrics.SkippedNamespace.Inc()
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, "NamespaceMissing",
+			"hub has no namespace %q for %s; skipped (start the daemon with --create-namespaces to create it)", key.Namespace, key)
+		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
+		return false, nil
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}
+	_, err := c.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
+	c.countWrite(resourceNamespace, verbCreate, err)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, err
+	}
+	return true, nil
+}

@@ -1,0 +1,205 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// fieldManager names the daemon in managedFields.
+const fieldManager = "endpoint-aggregator"
+
+// ReasonNameConflict is the Event reason on a hub object that holds a name the
+// daemon wanted to write, without being managed by it.
+const ReasonNameConflict = "NameConflict"
+
+// conflictError says a hub object we do not own holds a name we need.
+type conflictError struct {
+	resource, namespace, name string
+	key                       Key
+}
+
+func (e *conflictError) Error() string {
+	return fmt.Sprintf("%s %s/%s exists and is not managed by endpoint-aggregator for %s; left untouched", e.resource, e.namespace, e.name, e.key)
+}
+
+// hubObject is a typed hub object: a pointer to an API struct.
+type hubObject interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ops are the typed client calls for one hub resource.
+type ops[T hubObject] struct {
+	resource string
+	create   func(ctx context.Context, obj T) (T, error)
+	update   func(ctx context.Context, obj T) (T, error)
+	delete   func(ctx context.Context, namespace, name string, opts metav1.DeleteOptions) error
+	// get reads past the cache, to tell our lagging cache from a foreign object.
+	get func(ctx context.Context, namespace, name string) (T, error)
+}
+
+func (c *Controller) serviceOps() ops[*corev1.Service] {
+	return ops[*corev1.Service]{
+		resource: resourceService,
+		create: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
+			return c.hub.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+		},
+		update: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
+			return c.hub.CoreV1().Services(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		},
+		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
+			return c.hub.CoreV1().Services(ns).Delete(ctx, name, opts)
+		},
+		get: func(ctx context.Context, ns, name string) (*corev1.Service, error) {
+			return c.hub.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+}
+
+func (c *Controller) endpointsOps() ops[*corev1.Endpoints] {
+	return ops[*corev1.Endpoints]{
+		resource: resourceEndpoints,
+		create: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
+			return c.hub.CoreV1().Endpoints(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+		},
+		update: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
+			return c.hub.CoreV1().Endpoints(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		},
+		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
+			return c.hub.CoreV1().Endpoints(ns).Delete(ctx, name, opts)
+		},
+		get: func(ctx context.Context, ns, name string) (*corev1.Endpoints, error) {
+			return c.hub.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+}
+
+func (c *Controller) sliceOps() ops[*discoveryv1.EndpointSlice] {
+	return ops[*discoveryv1.EndpointSlice]{
+		resource: resourceEndpointSlice,
+		create: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+			return c.hub.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+		},
+		update: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+			return c.hub.DiscoveryV1().EndpointSlices(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		},
+		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
+			return c.hub.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, opts)
+		},
+		get: func(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, error) {
+			return c.hub.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+}
+
+func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
+	return ops[*mcsv1beta1.ServiceImport]{
+		resource: resourceServiceImport,
+		create: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+			return c.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+		},
+		update: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+			return c.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		},
+		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
+			return c.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, name, opts)
+		},
+		get: func(ctx context.Context, ns, name string) (*mcsv1beta1.ServiceImport, error) {
+			return c.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+}
+
+// create writes a new hub object. If the name is taken by an object we do
+// not own for key, it reports a conflict instead of touching it; if it is
+// ours (our cache lags), the error makes the key retry.
+func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, obj T) (T, error) {
+	out, err := o.create(ctx, obj)
+	c.countWrite(o.resource, verbCreate, err)
+	if apierrors.IsAlreadyExists(err) {
+		if live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName()); gerr == nil && !ownedBy(live, key) {
+			return out, c.conflict(o.resource, live, key)
+		}
+	}
+	return out, err
+}
+
+func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
+	out, err := o.update(ctx, obj)
+	c.countWrite(o.resource, verbUpdate, err)
+	return out, err
+}
+
+// remove deletes one of our hub objects, preconditioned on the UID we saw so
+// a newer object of the same name is never deleted by mistake. NotFound is
+// success.
+func remove[T hubObject](ctx context.Context, c *Controller, o ops[T], live T) error {
+	uid := live.GetUID()
+	opts := metav1.DeleteOptions{}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
+	c.countWrite(o.resource, verbDelete, err)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// ownedBy reports whether a hub object is ours and belongs to key.
+func ownedBy(obj metav1.Object, key Key) bool {
+	if obj.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
+		return false
+	}
+	if k, ok := hubKey(obj); ok {
+		return k == key
+	}
+	// A ServiceImport carries no source labels: its name is the key's.
+	return key.IsClusterSet() && obj.GetName() == key.Name && obj.GetNamespace() == key.Namespace
+}
+
+// conflict reports an object that holds a name we need, where an operator
+// looks: an Event on that object, a metric and a log line.
+func (c *Controller) conflict(resource string, live hubObject, key Key) error {
+	c.metrics.Conflicts.WithLabelValues(resource).Inc()
+	c.recorder.Eventf(live, corev1.EventTypeWarning, ReasonNameConflict,
+		"endpoint-aggregator needs this name for %s but the object is not managed by it (label %s=%s missing or for another source); left untouched",
+		key, endpoints.LabelManagedBy, endpoints.ManagedByValue)
+	err := &conflictError{resource: resource, namespace: live.GetNamespace(), name: live.GetName(), key: key}
+	klog.InfoS("Hub name conflict", "resource", resource, "object", klog.KObj(live), "key", key.String())
+	return err
+}
+
+func (c *Controller) countWrite(resource, verb string, err error) {
+	result := resultSuccess
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		result = resultConflict
+	case apierrors.IsNotFound(err):
+		result = resultNotFound
+	default:
+		result = resultError
+	}
+	c.metrics.HubWrites.WithLabelValues(resource, verb, result).Inc()
+}
+
+func isServiceImport(obj interface{}) bool {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	_, ok := obj.(*mcsv1beta1.ServiceImport)
+	return ok
+}

@@ -165,6 +165,24 @@ func TestAggregationLifecycle(t *testing.T) {
 			t.Errorf("wishlist of west changed: %+v", st)
 		}
 	})
+
+	t.Run("a member unregistered while the daemon was down is withdrawn at startup", func(t *testing.T) {
+		d.waitSettled(t)
+		d.stop()
+		if err := e.hub.Client.CoreV1().Secrets(daemonNamespace).Delete(ctx, "west", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.hubState(t, "wishlist"); st.total["west"] != 5 {
+			t.Fatalf("wishlist changed with no daemon running: %+v", st)
+		}
+		d = e.startDaemonFor(t, outer, nil)
+		eventually(t, waitTimeout, func() error {
+			if objs := e.ourObjects(t); len(objs) != 0 {
+				return fmt.Errorf("%d hub objects remain, e.g. %v", len(objs), objs)
+			}
+			return nil
+		})
+	})
 }
 
 type endpointSliceSpec struct {

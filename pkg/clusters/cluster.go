@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -228,4 +231,24 @@ func keepAnnotations(in map[string]string, keep ...string) map[string]string {
 		}
 	}
 	return out
+}
+
+// PatchServiceExportConditions replaces the conditions of a member's
+// ServiceExport with a JSON merge patch on the status subresource. The
+// patch carries the cached resourceVersion, so it fails with a conflict
+// instead of overwriting a newer object.
+func (c *Cluster) PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error {
+	if c.clients.MCS == nil {
+		return fmt.Errorf("member %q: ServiceExports are not watched", c.name)
+	}
+	patch, err := json.Marshal(map[string]interface{}{
+		"metadata": map[string]interface{}{"resourceVersion": se.ResourceVersion},
+		"status":   map[string]interface{}{"conditions": conditions},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.clients.MCS.MulticlusterV1beta1().ServiceExports(se.Namespace).Patch(ctx, se.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "endpoint-aggregator"}, "status")
+	return err
 }

@@ -83,6 +83,9 @@ type Options struct {
 	UserAgent string
 	// WarningHandler handles API warnings of member clients.
 	WarningHandler rest.WarningHandler
+	// Static members are registered without a Secret, e.g. the hub itself
+	// with --hub-is-member. A Secret cannot claim their names.
+	Static map[string]*rest.Config
 }
 
 // member is the registry's state for one cluster name.
@@ -181,6 +184,11 @@ func (r *Registry) Run(ctx context.Context) {
 	go r.secretInformer.RunWithContext(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), r.secretInformer.HasSynced) {
 		return
+	}
+	for name, cfg := range r.opts.Static {
+		if err := r.addStatic(name, cfg); err != nil {
+			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", name, err))
+		}
 	}
 	// Process the Secrets present at start before saying so: until then a
 	// registered member would look unregistered, and its hub objects would
@@ -290,6 +298,10 @@ func (r *Registry) syncSecret(key string) error {
 		r.warn(secret, ReasonInvalidName, "cluster name %q is not a DNS-1123 label: %s", cluster, errs[0])
 		return nil
 	}
+	if _, static := r.opts.Static[cluster]; static {
+		r.warn(secret, ReasonDuplicateName, "cluster name %q is taken by a member the daemon registers itself (--hub-is-member); this Secret is ignored", cluster)
+		return nil
+	}
 	if owner := r.nameOwner(cluster); owner != nil && owner.UID != secret.UID {
 		r.warn(secret, ReasonDuplicateName, "cluster name %q is already registered by the older Secret %s/%s; this Secret is ignored", cluster, owner.Namespace, owner.Name)
 		r.removeSecret(key, secret)
@@ -356,6 +368,28 @@ func (r *Registry) syncSecret(key string) error {
 	return nil
 }
 
+// addStatic registers a member that has no Secret.
+func (r *Registry) addStatic(name string, cfg *rest.Config) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
+	cfg.UserAgent = r.opts.UserAgent
+	cfg.WarningHandler = r.opts.WarningHandler
+	clients, err := r.opts.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	svcH, sliceH, exportH := r.handler.EventHandlers(name)
+	c, err := newCluster(name, "static", "", clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.members[name] = &member{active: c}
+	r.mu.Unlock()
+	go r.run(c, nil)
+	return nil
+}
+
 // run starts a connection and reports a sync timeout. A rotated connection
 // replaces the active one only once it has synced (make-before-break).
 func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
@@ -374,10 +408,10 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 		return
 	}
 	if m.active == c {
-		r.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
+		r.eventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
 			"member %q did not sync within %s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout)
 	} else {
-		r.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
+		r.eventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
 			"new kubeconfig for member %q did not sync within %s; keeping the previous connection while it keeps trying", c.name, r.opts.SyncTimeout)
 	}
 	klog.InfoS("Member did not sync in time", "cluster", c.name, "timeout", r.opts.SyncTimeout)
@@ -402,10 +436,10 @@ func (r *Registry) onSynced(c *Cluster, ref *corev1.ObjectReference) {
 
 	if old != nil {
 		old.shutdown()
-		r.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonRotated, "member %q switched to the new kubeconfig after it synced", c.name)
+		r.eventf(ref, corev1.EventTypeNormal, ReasonRotated, "member %q switched to the new kubeconfig after it synced", c.name)
 		klog.InfoS("Member connection rotated", "cluster", c.name)
 	} else {
-		r.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonConnected, "member %q connected and synced in %s", c.name, time.Since(c.started).Round(time.Millisecond))
+		r.eventf(ref, corev1.EventTypeNormal, ReasonConnected, "member %q connected and synced in %s", c.name, time.Since(c.started).Round(time.Millisecond))
 		klog.InfoS("Member synced", "cluster", c.name, "duration", time.Since(c.started))
 	}
 	r.handler.ClusterSynced(c.name)
@@ -483,6 +517,13 @@ func ClusterName(s *corev1.Secret) string {
 		return n
 	}
 	return s.Name
+}
+
+// eventf records an Event on a registration Secret; static members have none.
+func (r *Registry) eventf(ref *corev1.ObjectReference, eventType, reason, format string, args ...interface{}) {
+	if ref != nil {
+		r.recorder.Eventf(ref, eventType, reason, format, args...)
+	}
 }
 
 func (r *Registry) warn(secret *corev1.Secret, reason, format string, args ...interface{}) {

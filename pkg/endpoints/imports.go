@@ -101,7 +101,10 @@ func checkSpec(oldest, e Export, log *conflictLog) {
 	check(internalTrafficPolicy(o.InternalTrafficPolicy) != internalTrafficPolicy(s.InternalTrafficPolicy),
 		InternalTrafficPolicyConflict, "internalTrafficPolicy")
 	check(deref(o.TrafficDistribution) != deref(s.TrafficDistribution), TrafficDistributionConflict, "trafficDistribution")
-	check(!slices.Equal(o.IPFamilies, s.IPFamilies), IPFamilyConflict, "ipFamilies")
+	// IP families matter only where both have cluster IPs; a headless
+	// export differing from a ClusterSetIP one is already a TypeConflict.
+	check(!isHeadless(oldest.Service) && !isHeadless(e.Service) && !slices.Equal(o.IPFamilies, s.IPFamilies),
+		IPFamilyConflict, "ipFamilies")
 }
 
 // internalTrafficPolicy reads an unset policy as Cluster, the default.

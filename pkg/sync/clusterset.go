@@ -25,6 +25,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		return nil
 	}
 	var exports []endpoints.Export
+	var statuses []exportStatus
 	pending := false
 	for _, name := range c.members.Names() {
 		m := c.members.Member(name)
@@ -36,11 +37,16 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 			continue
 		}
 		svc, err := m.ServiceLister().Services(key.Namespace).Get(key.Name)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
+		if err != nil && !apierrors.IsNotFound(err) {
 			return err
+		}
+		if apierrors.IsNotFound(err) {
+			svc = nil
+		}
+		if c.writesExportStatus() {
+			if se := m.ServiceExport(key.Namespace, key.Name); se != nil {
+				statuses = append(statuses, exportStatus{cluster: name, member: m, export: se, service: svc})
+			}
 		}
 		if e, ok := c.opts.Export.export(name, m, svc); ok {
 			exports = append(exports, e)
@@ -71,9 +77,11 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 			}
 		}
 		if liveImp != nil {
-			return remove(ctx, c, impOps, liveImp)
+			if err := remove(ctx, c, impOps, liveImp); err != nil {
+				return err
+			}
 		}
-		return nil
+		return c.writeExportStatuses(ctx, statuses, nil)
 	}
 	if ok, err := c.ensureNamespace(ctx, key); !ok {
 		return err
@@ -127,13 +135,17 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		}
 		c.reportConflicts(liveImp, res.Conflicts)
 	}
-	if !endpoints.ImportStatusUpToDate(want, liveImp) {
+	conds, condsChanged := endpoints.SetConditions(liveImp.Status.Conditions, endpoints.ImportConditions(res.Conflicts, liveImp.Generation))
+	if condsChanged || !endpoints.ImportStatusUpToDate(want, liveImp) {
 		upd := endpoints.MergeServiceImport(want, liveImp)
+		upd.Status.Conditions = conds
 		_, err := c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
 		c.countWrite(resourceServiceImport, verbUpdateStatus, err)
-		return err
+		if err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.writeExportStatuses(ctx, statuses, res.Conflicts)
 }
 
 // importIPs lists the derived Service's ClusterIPs, one per family in the

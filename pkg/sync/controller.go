@@ -38,6 +38,9 @@ type Member interface {
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
 	// ServiceExport returns the member's ServiceExport, or nil.
 	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
+	// PatchServiceExportConditions replaces the conditions of a member's
+	// ServiceExport, provided it is still at the cached resourceVersion.
+	PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error
 }
 
 // Members is the dynamic set of members.
@@ -57,8 +60,11 @@ type Options struct {
 	Export             ExportPolicy
 	PerClusterServices endpoints.PerClusterMode
 	CreateNamespaces   bool
-	Recorder           record.EventRecorder
-	Metrics            *Metrics
+	// WriteExportStatus writes Valid/Ready/Conflict conditions to member
+	// ServiceExports (serviceexport mode only).
+	WriteExportStatus bool
+	Recorder          record.EventRecorder
+	Metrics           *Metrics
 }
 
 // Hub informer indexes.
@@ -103,6 +109,11 @@ type Controller struct {
 	namespaces  corelisters.NamespaceLister
 	nsInf       cache.SharedIndexInformer
 
+	// retrying holds the keys waiting out a backoff after an error; the
+	// workqueue does not count them in Len.
+	retryingMu stdsync.Mutex
+	retrying   map[Key]struct{}
+
 	// started is closed once startup garbage collection has been queued.
 	started     chan struct{}
 	startedOnce stdsync.Once
@@ -135,7 +146,8 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 			),
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "endpoint_aggregator"}),
-		started: make(chan struct{}),
+		started:  make(chan struct{}),
+		retrying: map[Key]struct{}{},
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and
@@ -256,18 +268,31 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
 		c.queue.Forget(key)
+		c.setRetrying(key, false)
 	case errors.As(err, &conflict):
 		// Someone else's object holds our name: nothing we can do but look
 		// again later, without hammering the API server.
 		c.metrics.Syncs.WithLabelValues(resultConflict).Inc()
 		c.queue.Forget(key)
+		c.setRetrying(key, false)
 		c.queue.AddAfter(key, conflictRetry)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
 		klog.V(2).InfoS("Sync failed, will retry", "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		c.setRetrying(key, true)
 		c.queue.AddRateLimited(key)
 	}
 	return true
+}
+
+func (c *Controller) setRetrying(key Key, retrying bool) {
+	c.retryingMu.Lock()
+	defer c.retryingMu.Unlock()
+	if retrying {
+		c.retrying[key] = struct{}{}
+	} else {
+		delete(c.retrying, key)
+	}
 }
 
 // sync brings the hub objects owned by key in line with the members.
@@ -278,8 +303,13 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	return c.syncMemberService(ctx, key)
 }
 
-// QueueLen is the number of keys waiting; tests and readiness use it.
-func (c *Controller) QueueLen() int { return c.queue.Len() }
+// Pending is the number of keys queued or waiting to retry after an error.
+// Keys parked after a name conflict are not counted: they wait for a person.
+func (c *Controller) Pending() int {
+	c.retryingMu.Lock()
+	defer c.retryingMu.Unlock()
+	return c.queue.Len() + len(c.retrying)
+}
 
 // clusterIndex is the byCluster index function.
 func clusterIndex(obj interface{}) ([]string, error) {

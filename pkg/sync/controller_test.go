@@ -6,14 +6,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/record"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -315,5 +318,62 @@ func TestExportPolicy(t *testing.T) {
 				t.Errorf("exported = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestSyncClusterSetWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
+	f := newFixture(t, Options{Export: ExportPolicy{Mode: ExportServiceExport}, WriteExportStatus: true}, nil, nil)
+	export := func(m *fakeMember, created int64) {
+		m.exports["shop/cart"] = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "shop", Name: "cart", Generation: 1, CreationTimestamp: metav1.NewTime(time.Unix(created, 0))}}
+	}
+	east, west := f.member("east"), f.member("west")
+	_ = east.services.Add(service("shop", "cart", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}))
+	_ = west.services.Add(service("shop", "cart", corev1.ServicePort{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}))
+	export(east, 100) // oldest: its port wins
+	export(west, 200)
+
+	key := Key{Namespace: "shop", Name: "cart"}
+	f.sync(key)
+	for name, m := range map[string]*fakeMember{"east": east, "west": west} {
+		if len(m.statusWrites) != 1 {
+			t.Fatalf("%s: %d status writes, want 1", name, len(m.statusWrites))
+		}
+		c := meta.FindStatusCondition(m.exports["shop/cart"].Status.Conditions, endpoints.ConditionConflict)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(endpoints.PortConflict) ||
+			!strings.Contains(c.Message, "west") || !strings.Contains(c.Message, "east") {
+			t.Errorf("%s Conflict condition = %+v", name, c)
+		}
+	}
+	imp, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("ServiceImport Conflict condition = %+v", c)
+	}
+	if len(imp.Spec.Ports) != 1 || imp.Spec.Ports[0].Port != 80 {
+		t.Errorf("import ports = %+v, want east's port 80", imp.Spec.Ports)
+	}
+
+	// Nothing changed: no member or hub writes.
+	f.resetActions()
+	f.sync(key)
+	if got := f.writes(); len(got) != 0 || len(east.statusWrites) != 1 || len(west.statusWrites) != 1 {
+		t.Fatalf("in-sync sync wrote: hub %q, east %d, west %d status writes", got, len(east.statusWrites), len(west.statusWrites))
+	}
+
+	// west turns into an ExternalName Service: invalid, never imported.
+	ext := service("shop", "cart")
+	ext.Spec.Type = corev1.ServiceTypeExternalName
+	_ = west.services.Update(ext)
+	f.sync(key)
+	valid := meta.FindStatusCondition(west.exports["shop/cart"].Status.Conditions, "Valid")
+	if valid == nil || valid.Status != metav1.ConditionFalse || valid.Reason != "InvalidServiceType" {
+		t.Errorf("west Valid = %+v", valid)
+	}
+	imp, _ = f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	if len(imp.Status.Clusters) != 1 || imp.Status.Clusters[0].Cluster != "east" {
+		t.Errorf("import clusters = %v, want only east", imp.Status.Clusters)
+	}
+	if c := meta.FindStatusCondition(east.exports["shop/cart"].Status.Conditions, endpoints.ConditionConflict); c.Status != metav1.ConditionFalse {
+		t.Errorf("east still in conflict: %+v", c)
 	}
 }

@@ -3,14 +3,17 @@ package sync
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -28,6 +31,8 @@ type fakeMember struct {
 	services cache.Indexer
 	slices   []*discoveryv1.EndpointSlice
 	exports  map[string]*mcsv1beta1.ServiceExport
+	// statusWrites lists the ServiceExports whose conditions were written.
+	statusWrites []string
 }
 
 func newFakeMember() *fakeMember {
@@ -53,6 +58,13 @@ func (m *fakeMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlic
 }
 func (m *fakeMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
 	return m.exports[ns+"/"+name]
+}
+func (m *fakeMember) PatchServiceExportConditions(_ context.Context, se *mcsv1beta1.ServiceExport, conds []metav1.Condition) error {
+	m.statusWrites = append(m.statusWrites, se.Namespace+"/"+se.Name)
+	upd := se.DeepCopy()
+	upd.Status.Conditions = conds
+	m.exports[se.Namespace+"/"+se.Name] = upd
+	return nil
 }
 
 type fakeMembers struct {
@@ -179,14 +191,52 @@ func (f *fixture) settle() {
 }
 
 func (f *fixture) cachesMatch() bool {
-	svcs, _ := f.hub.CoreV1().Services("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
-	eps, _ := f.hub.CoreV1().Endpoints("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
+	ours := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"}
+	svcs, _ := f.hub.CoreV1().Services("").List(f.ctx, ours)
+	eps, _ := f.hub.CoreV1().Endpoints("").List(f.ctx, ours)
 	sl, _ := f.hub.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{LabelSelector: "endpointslice.kubernetes.io/managed-by=endpoint-aggregator.io"})
-	imps, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("").List(f.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"})
-	return len(svcs.Items) == len(f.ctrl.serviceInf.GetStore().List()) &&
-		len(eps.Items) == len(f.ctrl.endpointInf.GetStore().List()) &&
-		len(sl.Items) == len(f.ctrl.sliceInf.GetStore().List()) &&
-		len(imps.Items) == len(f.ctrl.importInf.GetStore().List())
+	imps, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("").List(f.ctx, ours)
+	var want []runtime.Object
+	for i := range svcs.Items {
+		want = append(want, &svcs.Items[i])
+	}
+	for i := range eps.Items {
+		want = append(want, &eps.Items[i])
+	}
+	for i := range sl.Items {
+		want = append(want, &sl.Items[i])
+	}
+	for i := range imps.Items {
+		want = append(want, &imps.Items[i])
+	}
+	stores := map[string]cache.Store{
+		"Service": f.ctrl.serviceInf.GetStore(), "Endpoints": f.ctrl.endpointInf.GetStore(),
+		"EndpointSlice": f.ctrl.sliceInf.GetStore(), "ServiceImport": f.ctrl.importInf.GetStore(),
+	}
+	total := 0
+	for _, s := range stores {
+		total += len(s.List())
+	}
+	if total != len(want) {
+		return false
+	}
+	for _, o := range want {
+		kind := reflect.TypeOf(o).Elem().Name()
+		cached, ok, _ := stores[kind].Get(o)
+		if !ok || !apiequality.Semantic.DeepEqual(normalized(cached.(runtime.Object)), normalized(o)) {
+			return false
+		}
+	}
+	return true
+}
+
+// normalized drops what differs between a watched and a listed object.
+func normalized(o runtime.Object) runtime.Object {
+	o = o.DeepCopyObject()
+	o.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	m, _ := metaOf(o)
+	m.SetManagedFields(nil)
+	return o
 }
 
 func service(ns, name string, ports ...corev1.ServicePort) *corev1.Service {

@@ -44,6 +44,8 @@ type Metrics struct {
 	// Conflicts counts hub objects we would have written but did not because
 	// an object we do not own has the name, by resource.
 	Conflicts *prometheus.CounterVec
+	// MemberWrites counts ServiceExport status writes to members by result.
+	MemberWrites *prometheus.CounterVec
 	// SkippedNamespace counts syncs skipped because the hub lacks the namespace.
 	SkippedNamespace prometheus.Counter
 }
@@ -69,13 +71,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "hub_conflicts_total",
 			Help: "Hub writes refused because an object not managed by endpoint-aggregator holds the name, by resource.",
 		}, []string{"resource"}),
+		MemberWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "member_writes_total",
+			Help: "ServiceExport status writes to member clusters, by result.",
+		}, []string{"result"}),
 		SkippedNamespace: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "namespace_missing_total",
 			Help: "Syncs skipped because the hub has no namespace of that name (see --create-namespaces).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.SkippedNamespace)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace)
 	}
 	return m
 }

@@ -183,17 +183,20 @@ func (c *Controller) conflict(resource string, live hubObject, key Key) error {
 }
 
 func (c *Controller) countWrite(resource, verb string, err error) {
-	result := resultSuccess
+	c.metrics.HubWrites.WithLabelValues(resource, verb, resultOf(err)).Inc()
+}
+
+// resultOf is the result label of a write.
+func resultOf(err error) string {
 	switch {
 	case err == nil:
+		return resultSuccess
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-		result = resultConflict
+		return resultConflict
 	case apierrors.IsNotFound(err):
-		result = resultNotFound
-	default:
-		result = resultError
+		return resultNotFound
 	}
-	c.metrics.HubWrites.WithLabelValues(resource, verb, result).Inc()
+	return resultError
 }
 
 func isServiceImport(obj interface{}) bool {

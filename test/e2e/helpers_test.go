@@ -147,8 +147,8 @@ func (d *daemon) stop() {
 	d.cancel = nil
 }
 
-// waitSettled waits until the daemon is ready and its queue has stayed empty
-// for a second: the hub has converged on what the daemon knows.
+// waitSettled waits until the daemon is ready and nothing has been queued or
+// retrying for a second: the hub has converged on what the daemon knows.
 func (d *daemon) waitSettled(t *testing.T) {
 	t.Helper()
 	quiet := 0
@@ -157,9 +157,9 @@ func (d *daemon) waitSettled(t *testing.T) {
 			quiet = 0
 			return fmt.Errorf("daemon not ready")
 		}
-		if n := d.Controller.QueueLen(); n > 0 {
+		if n := d.Controller.Pending(); n > 0 {
 			quiet = 0
-			return fmt.Errorf("%d keys queued", n)
+			return fmt.Errorf("%d keys queued or retrying", n)
 		}
 		if quiet++; quiet < 10 {
 			return fmt.Errorf("queue empty for %d checks", quiet)

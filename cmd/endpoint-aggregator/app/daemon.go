@@ -83,13 +83,19 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Export:             o.exportPolicy(),
 		PerClusterServices: mode,
 		CreateNamespaces:   o.CreateNamespaces,
+		WriteExportStatus:  o.WriteExportStatus,
 		Recorder:           recorder,
 		Metrics:            metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
+	var static map[string]*rest.Config
+	if o.HubIsMember {
+		static = map[string]*rest.Config{o.HubClusterName: hubConfig}
+	}
 	members.registry = clusters.NewRegistry(hub, recorder, ctrl, clusters.Options{
+		Static:              static,
 		Namespace:           o.Namespace,
 		SyncTimeout:         o.MemberSyncTimeout,
 		QPS:                 o.MemberQPS,

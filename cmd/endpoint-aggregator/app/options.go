@@ -33,6 +33,9 @@ type Options struct {
 	PerClusterServices string
 	CreateNamespaces   bool
 	MemberSyncTimeout  time.Duration
+	WriteExportStatus  bool
+	HubIsMember        bool
+	HubClusterName     string
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
@@ -57,6 +60,8 @@ func NewOptions() *Options {
 		ExcludeNamespaces:  easync.DefaultExcludedNamespaces,
 		PerClusterServices: string(endpoints.PerClusterMirror),
 		MemberSyncTimeout:  30 * time.Second,
+		WriteExportStatus:  true,
+		HubClusterName:     "hub",
 		MetricsBindAddress: ":8080",
 		ShutdownTimeout:    10 * time.Second,
 	}
@@ -78,6 +83,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "Per-cluster <svc>-<cluster> Services: mirror (member's type), headless (no hub ClusterIP) or off.")
 	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
 	fs.DurationVar(&o.MemberSyncTimeout, "member-sync-timeout", o.MemberSyncTimeout, "How long a member may take to sync before the daemon is ready without it.")
+	fs.BoolVar(&o.WriteExportStatus, "write-export-status", o.WriteExportStatus, "Write Valid/Ready/Conflict conditions to member ServiceExports (serviceexport mode; needs patch on serviceexports/status). Set false for read-only member credentials.")
+	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "Also aggregate the hub's own exported Services, as member --hub-cluster-name, without a Secret.")
+	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "Cluster name of the hub when --hub-is-member.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowExec, "allow-kubeconfig-exec", false, "Allow exec credential plugins in member kubeconfigs (runs commands!).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowAuthProvider, "allow-kubeconfig-auth-provider", false, "Allow auth-provider plugins in member kubeconfigs.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowTokenFile, "allow-kubeconfig-token-file", false, "Allow tokenFile in member kubeconfigs (reads local files).")
@@ -104,6 +112,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := endpoints.ParsePerClusterMode(o.PerClusterServices); err != nil {
 		errs = append(errs, fmt.Errorf("--per-cluster-services: %w", err))
+	}
+	if errs1 := validation.IsDNS1123Label(o.HubClusterName); o.HubIsMember && len(errs1) > 0 {
+		errs = append(errs, fmt.Errorf("--hub-cluster-name %q: %s", o.HubClusterName, errs1[0]))
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))

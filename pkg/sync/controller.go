@@ -199,6 +199,16 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	return c, nil
 }
 
+// HasStarted reports whether Run got past startup and runs workers.
+func (c *Controller) HasStarted() bool {
+	select {
+	case <-c.started:
+		return true
+	default:
+		return false
+	}
+}
+
 // HubSynced reports whether the hub caches have synced.
 func (c *Controller) HubSynced() bool {
 	return c.serviceInf.HasSynced() && c.endpointInf.HasSynced() && c.sliceInf.HasSynced() &&

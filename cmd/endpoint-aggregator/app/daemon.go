@@ -34,6 +34,8 @@ const component = "endpoint-aggregator"
 // controller. Tests run it in-process; `run` runs it from flags.
 type Daemon struct {
 	opts        *Options
+	hub         kubernetes.Interface
+	recorder    record.EventRecorder
 	Controller  *easync.Controller
 	Registry    *clusters.Registry
 	Metrics     *easync.Metrics
@@ -107,6 +109,8 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	})
 	return &Daemon{
 		opts:        o,
+		hub:         hub,
+		recorder:    recorder,
 		Controller:  ctrl,
 		Registry:    members.registry,
 		Metrics:     metrics,
@@ -155,7 +159,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := d.Controller.Run(ctx); err != nil {
+		// Every replica keeps warm hub and member caches; only the leader
+		// runs workers.
+		d.Controller.StartInformers(ctx)
+		if err := d.runLeading(ctx, d.hub, d.recorder); err != nil {
 			errc <- err
 		}
 	}()

@@ -39,6 +39,12 @@ type Options struct {
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
+	LeaderElect      bool
+	LeaderElectionID string
+	LeaseDuration    time.Duration
+	RenewDeadline    time.Duration
+	RetryPeriod      time.Duration
+
 	MetricsBindAddress string
 	ShutdownTimeout    time.Duration
 }
@@ -62,6 +68,11 @@ func NewOptions() *Options {
 		MemberSyncTimeout:  30 * time.Second,
 		WriteExportStatus:  true,
 		HubClusterName:     "hub",
+		LeaderElect:        true,
+		LeaderElectionID:   "endpoint-aggregator",
+		LeaseDuration:      15 * time.Second,
+		RenewDeadline:      10 * time.Second,
+		RetryPeriod:        2 * time.Second,
 		MetricsBindAddress: ":8080",
 		ShutdownTimeout:    10 * time.Second,
 	}
@@ -91,6 +102,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.KubeconfigPolicy.AllowTokenFile, "allow-kubeconfig-token-file", false, "Allow tokenFile in member kubeconfigs (reads local files).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowFilePaths, "allow-kubeconfig-file-paths", false, "Allow certificate/key file paths in member kubeconfigs (reads local files).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify in member kubeconfigs.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run workers only while holding a Lease in --namespace; standbys keep warm caches.")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits before taking over an unrenewed lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it gives up (and exits).")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew the lease.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
 }
@@ -115,6 +131,9 @@ func (o *Options) Validate() error {
 	}
 	if errs1 := validation.IsDNS1123Label(o.HubClusterName); o.HubIsMember && len(errs1) > 0 {
 		errs = append(errs, fmt.Errorf("--hub-cluster-name %q: %s", o.HubClusterName, errs1[0]))
+	}
+	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
+		errs = append(errs, errors.New("leader election needs lease duration > renew deadline > retry period > 0"))
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))

@@ -114,6 +114,12 @@ type Controller struct {
 	retryingMu stdsync.Mutex
 	retrying   map[Key]struct{}
 
+	// endpointCounts is what each member service contributes, for the
+	// per-cluster gauges.
+	startTime      time.Time
+	statsMu        stdsync.Mutex
+	endpointCounts map[Key]int
+
 	// started is closed once startup garbage collection has been queued.
 	started     chan struct{}
 	startedOnce stdsync.Once
@@ -148,6 +154,9 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "endpoint_aggregator"}),
 		started:  make(chan struct{}),
 		retrying: map[Key]struct{}{},
+
+		endpointCounts: map[Key]int{},
+		startTime:      time.Now(),
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and

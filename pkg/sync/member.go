@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,25 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	var errs *multierror.Error
 	errs = multierror.Append(errs, c.syncPerCluster(ctx, key, src))
 	errs = multierror.Append(errs, c.syncSlices(ctx, key, src))
-	return errs.ErrorOrNil()
+	if err := errs.ErrorOrNil(); err != nil {
+		return err
+	}
+	c.recordEndpoints(key, countEndpoints(src))
+	return nil
+}
+
+// countEndpoints counts the aggregated endpoints of a source; -1 for none.
+func countEndpoints(src *endpoints.Source) int {
+	if src == nil {
+		return -1
+	}
+	n := 0
+	for _, s := range src.Slices {
+		if s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6 {
+			n += len(s.Endpoints)
+		}
+	}
+	return n
 }
 
 // syncPerCluster writes the `<service>-<cluster>` Service and Endpoints.
@@ -150,7 +169,32 @@ func (c *Controller) syncSlices(ctx context.Context, key Key, src *endpoints.Sou
 	for _, s := range plan.Delete {
 		errs = multierror.Append(errs, remove(ctx, c, ops, s))
 	}
-	return errs.ErrorOrNil()
+	if err := errs.ErrorOrNil(); err != nil {
+		return err
+	}
+	if src != nil {
+		c.observePropagation(src.Slices)
+	}
+	return nil
+}
+
+// observePropagation records how long the newest member change took to reach
+// the hub. Trigger times from before the daemon started (a cold start
+// catching up) are not observed: they measure downtime, not propagation.
+func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
+	var newest time.Time
+	for _, s := range slices {
+		v, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]
+		if !ok {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(newest) {
+			newest = t
+		}
+	}
+	if newest.After(c.startTime) {
+		c.metrics.Propagation.Observe(time.Since(newest).Seconds())
+	}
 }
 
 // hubSlices returns our cached hub slices sourced from key; read-only.

@@ -1,7 +1,10 @@
 package sync
 
 import (
+	stdsync "sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 )
 
 const (
@@ -48,6 +51,10 @@ type Metrics struct {
 	MemberWrites *prometheus.CounterVec
 	// SkippedNamespace counts syncs skipped because the hub lacks the namespace.
 	SkippedNamespace prometheus.Counter
+	// Propagation observes the time from a member EndpointSlice change
+	// (its endpoints.kubernetes.io/last-change-trigger-time) to the hub
+	// write that carries it.
+	Propagation prometheus.Histogram
 }
 
 // NewMetrics creates the controller metrics and registers them with reg
@@ -79,9 +86,112 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "namespace_missing_total",
 			Help: "Syncs skipped because the hub has no namespace of that name (see --create-namespaces).",
 		}),
+		Propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "endpoint_propagation_seconds",
+			Help:    "Time from a member EndpointSlice change (its last-change-trigger-time annotation) to the hub write carrying it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.Propagation)
 	}
 	return m
+}
+
+var (
+	clusterEndpointsDesc = prometheus.NewDesc(namespace+"_cluster_endpoints",
+		"Endpoints aggregated from each member cluster.", []string{"cluster"}, nil)
+	clusterServicesDesc = prometheus.NewDesc(namespace+"_cluster_services",
+		"Exported services aggregated from each member cluster.", []string{"cluster"}, nil)
+)
+
+// Describe implements prometheus.Collector for the per-cluster gauges. They
+// are computed at scrape time from what the syncs recorded, so a removed
+// cluster's series go once its keys are withdrawn.
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
+	ch <- clusterEndpointsDesc
+	ch <- clusterServicesDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *Controller) Collect(ch chan<- prometheus.Metric) {
+	c.statsMu.Lock()
+	endpoints, services := map[string]int{}, map[string]int{}
+	for k, n := range c.endpointCounts {
+		endpoints[k.Cluster] += n
+		services[k.Cluster]++
+	}
+	c.statsMu.Unlock()
+	for cluster, n := range endpoints {
+		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(n), cluster)
+		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(services[cluster]), cluster)
+	}
+}
+
+// recordEndpoints remembers how many endpoints a member service contributes;
+// n < 0 forgets it.
+func (c *Controller) recordEndpoints(key Key, n int) {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	if n < 0 {
+		delete(c.endpointCounts, key)
+		return
+	}
+	c.endpointCounts[key] = n
+}
+
+var workqueueOnce stdsync.Once
+
+// RegisterWorkqueueMetrics makes client-go's workqueues report depth, adds,
+// latency, work duration, unfinished work and retries to reg, labelled by
+// queue name. client-go keeps one provider per process: the first call wins.
+func RegisterWorkqueueMetrics(reg prometheus.Registerer) {
+	workqueueOnce.Do(func() {
+		p := &workqueueProvider{
+			depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "workqueue", Name: "depth",
+				Help: "Current depth of the workqueue."}, []string{"name"}),
+			adds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "workqueue", Name: "adds_total",
+				Help: "Adds handled by the workqueue."}, []string{"name"}),
+			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Subsystem: "workqueue", Name: "queue_duration_seconds",
+				Help: "Time an item waits in the workqueue before it is processed.", Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10)}, []string{"name"}),
+			work: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Subsystem: "workqueue", Name: "work_duration_seconds",
+				Help: "Time processing an item from the workqueue takes.", Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10)}, []string{"name"}),
+			unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "workqueue", Name: "unfinished_work_seconds",
+				Help: "Seconds of work in progress not yet observed by work_duration."}, []string{"name"}),
+			longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "workqueue", Name: "longest_running_processor_seconds",
+				Help: "Seconds the longest running processor has been running."}, []string{"name"}),
+			retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "workqueue", Name: "retries_total",
+				Help: "Retries handled by the workqueue."}, []string{"name"}),
+		}
+		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
+		workqueue.SetProvider(p)
+	})
+}
+
+type workqueueProvider struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
+}
+
+func (p *workqueueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return p.depth.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
+	return p.adds.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return p.latency.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return p.work.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.unfinished.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return p.longest.WithLabelValues(name)
+}
+func (p *workqueueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return p.retries.WithLabelValues(name)
 }

@@ -65,6 +65,19 @@ func TestAggregationLifecycle(t *testing.T) {
 		if len(eps.Subsets) != 1 || len(eps.Subsets[0].Addresses) != 3 || eps.Subsets[0].Ports[0].Name != "http" || eps.Subsets[0].Ports[0].Port != 8080 {
 			t.Errorf("cart-east Endpoints subsets = %+v", eps.Subsets)
 		}
+		eventually(t, waitTimeout, func() error {
+			got := map[string]float64{
+				"synced members": gaugeValue(t, d, "endpoint_aggregator_member_clusters", "state", "synced"),
+				"east endpoints": gaugeValue(t, d, "endpoint_aggregator_cluster_endpoints", "cluster", "east"),
+				"west endpoints": gaugeValue(t, d, "endpoint_aggregator_cluster_endpoints", "cluster", "west"),
+				"east services":  gaugeValue(t, d, "endpoint_aggregator_cluster_services", "cluster", "east"),
+			}
+			want := map[string]float64{"synced members": 2, "east endpoints": 3, "west endpoints": 2, "east services": 1}
+			if !reflect.DeepEqual(got, want) {
+				return fmt.Errorf("metrics %v, want %v", got, want)
+			}
+			return nil
+		})
 	})
 
 	t.Run("scaling 3 to 250 to 0 and flipping readiness is followed", func(t *testing.T) {

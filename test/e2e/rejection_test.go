@@ -125,3 +125,25 @@ func counterValue(t *testing.T, d *daemon, name string) float64 {
 	}
 	return sum
 }
+
+// gaugeValue reads one labelled gauge from the daemon's metrics (0 if absent).
+func gaugeValue(t *testing.T, d *daemon, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := d.Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

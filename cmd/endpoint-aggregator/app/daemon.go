@@ -78,6 +78,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	metrics := easync.NewMetrics(reg)
+	easync.RegisterWorkqueueMetrics(reg)
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	members := &memberSet{}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
@@ -107,6 +108,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		UserAgent:           cfg.UserAgent,
 		WarningHandler:      newWarningLogger("member"),
 	})
+	reg.MustRegister(ctrl, members.registry)
 	return &Daemon{
 		opts:        o,
 		hub:         hub,

@@ -1,0 +1,49 @@
+package clusters
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Member states, the values of the state label.
+const (
+	stateSynced   = "synced"    // caches hold a full view
+	stateSyncing  = "syncing"   // connecting, within its sync timeout
+	stateTimedOut = "timed_out" // did not sync within its timeout; still trying
+)
+
+var (
+	membersDesc = prometheus.NewDesc("endpoint_aggregator_member_clusters",
+		"Registered member clusters by state (synced, syncing, timed_out).", []string{"state"}, nil)
+	memberReadyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_synced",
+		"1 when the member's caches have synced, 0 otherwise. One series per registered member.", []string{"cluster"}, nil)
+)
+
+// Describe implements prometheus.Collector. The Registry reports its members
+// at scrape time, so a removed member's series disappear with it.
+func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
+	ch <- membersDesc
+	ch <- memberReadyDesc
+}
+
+// Collect implements prometheus.Collector.
+func (r *Registry) Collect(ch chan<- prometheus.Metric) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	counts := map[string]float64{stateSynced: 0, stateSyncing: 0, stateTimedOut: 0}
+	for name, m := range r.members {
+		synced := 0.0
+		switch {
+		case m.active.HasSynced():
+			counts[stateSynced]++
+			synced = 1
+		case m.timedOut:
+			counts[stateTimedOut]++
+		default:
+			counts[stateSyncing]++
+		}
+		ch <- prometheus.MustNewConstMetric(memberReadyDesc, prometheus.GaugeValue, synced, name)
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, n, state)
+	}
+}

@@ -82,6 +82,7 @@ const (
 	retryBase     = 5 * time.Millisecond
 	retryMax      = 5 * time.Minute
 	conflictRetry = 5 * time.Minute
+	staleRetry    = time.Second
 )
 
 // Controller keeps the hub's aggregated objects in line with the members.
@@ -288,6 +289,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
 		c.queue.Forget(key)
 		c.setRetrying(key, false)
+	case errors.Is(err, errStaleCache):
+		// The watch event that refreshes the cache queues the key; the
+		// delayed add is a safety net should that event never come.
+		c.metrics.Syncs.WithLabelValues(resultStale).Inc()
+		c.queue.Forget(key)
+		c.setRetrying(key, false)
+		c.queue.AddAfter(key, staleRetry)
 	case errors.As(err, &conflict):
 		// Someone else's object holds our name: nothing we can do but look
 		// again later, without hammering the API server.

@@ -17,6 +17,7 @@ const (
 	resultSuccess  = "success"
 	resultError    = "error"
 	resultConflict = "conflict"
+	resultStale    = "stale_cache"
 	resultNotFound = "not_found"
 
 	// hub resources written.
@@ -36,7 +37,8 @@ const (
 // Metrics are the controller's Prometheus metrics. Each daemon (and each test)
 // builds its own set and registers it where it likes.
 type Metrics struct {
-	// Syncs counts syncs of a key by result: success, error or conflict.
+	// Syncs counts syncs of a key by result: success, error, conflict (a
+	// foreign object holds a name) or stale_cache (a write raced our cache).
 	Syncs *prometheus.CounterVec
 	// SyncDuration observes how long a sync of one key took.
 	SyncDuration prometheus.Histogram
@@ -63,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "syncs_total",
-			Help: "Syncs of one key, by result (success, error, conflict).",
+			Help: "Syncs of one key, by result (success, error, conflict, stale_cache).",
 		}, []string{"result"}),
 		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "sync_duration_seconds",

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,12 @@ const fieldManager = "endpoint-aggregator"
 // ReasonNameConflict is the Event reason on a hub object that holds a name the
 // daemon wanted to write, without being managed by it.
 const ReasonNameConflict = "NameConflict"
+
+// errStaleCache says a write failed because our hub cache lags behind the API
+// server (the object exists already, or changed since we read it). The watch
+// event that brings the cache up to date queues the key again, so the sync
+// is not retried with backoff.
+var errStaleCache = errors.New("hub cache is behind the API server")
 
 // conflictError says a hub object we do not own holds a name we need.
 type conflictError struct {
@@ -128,9 +135,14 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 	out, err := o.create(ctx, obj)
 	c.countWrite(o.resource, verbCreate, err)
 	if apierrors.IsAlreadyExists(err) {
-		if live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName()); gerr == nil && !ownedBy(live, key) {
+		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
+		if gerr != nil {
+			return out, gerr
+		}
+		if !ownedBy(live, key) {
 			return out, c.conflict(o.resource, live, key)
 		}
+		return out, fmt.Errorf("creating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
 	return out, err
 }
@@ -138,6 +150,9 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
 	out, err := o.update(ctx, obj)
 	c.countWrite(o.resource, verbUpdate, err)
+	if apierrors.IsConflict(err) {
+		return out, fmt.Errorf("updating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
+	}
 	return out, err
 }
 

@@ -58,6 +58,11 @@ type Cluster struct {
 	stop     chan struct{}
 	synced   atomic.Bool
 	started  time.Time
+
+	policy         policyOverride
+	healthy        atomic.Bool
+	lastHealthy    atomic.Int64 // unix nanoseconds
+	unhealthySince atomic.Int64 // unix nanoseconds; 0 before the first failure
 }
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
@@ -145,7 +150,6 @@ func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.Endp
 // returns whether they synced; when they did not, the informers keep trying
 // and onSynced is called if they catch up later.
 func (c *Cluster) start(timeout time.Duration, onSynced func()) bool {
-	c.started = time.Now()
 	syncs := []cache.InformerSynced{c.services.HasSynced, c.slices.HasSynced}
 	go c.services.Run(c.stop)
 	go c.slices.Run(c.stop)

@@ -60,6 +60,9 @@ type Handler interface {
 	EventHandlers(cluster string) (services, endpointSlices, serviceExports cache.ResourceEventHandler)
 	ClusterSynced(cluster string)
 	ClusterRemoved(cluster string)
+	// ClusterHealthChanged is called when the active connection's probe
+	// starts or stops succeeding.
+	ClusterHealthChanged(cluster string, healthy bool)
 }
 
 // Options configure a Registry.
@@ -83,6 +86,9 @@ type Options struct {
 	UserAgent string
 	// WarningHandler handles API warnings of member clients.
 	WarningHandler rest.WarningHandler
+	// ProbeInterval and ProbeTimeout pace the health probe of each member
+	// (defaults 5s and 5s): an unreachable member is noticed within their sum.
+	ProbeInterval, ProbeTimeout time.Duration
 	// Static members are registered without a Secret, e.g. the hub itself
 	// with --hub-is-member. A Secret cannot claim their names.
 	Static map[string]*rest.Config
@@ -118,6 +124,12 @@ type Registry struct {
 func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handler Handler, opts Options) *Registry {
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 30 * time.Second
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 5 * time.Second
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
 	}
 	if opts.NewClients == nil {
 		opts.NewClients = defaultClients(opts.WatchServiceExports)
@@ -308,8 +320,12 @@ func (r *Registry) syncSecret(key string) error {
 		return nil
 	}
 
+	policy, err := parsePolicyOverride(secret.Annotations)
+	if err != nil {
+		r.warn(secret, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", err)
+	}
 	data := secret.Data[KubeconfigKey]
-	hash := hashOf(cluster, data)
+	hash := hashOf(cluster, data, secret.Annotations[AnnotationUnreachableGrace], secret.Annotations[AnnotationUnreachableWithdraw])
 	r.mu.RLock()
 	m := r.members[cluster]
 	prevName, hadPrev := r.bySecret[key]
@@ -349,6 +365,7 @@ func (r *Registry) syncSecret(key string) error {
 	if err != nil {
 		return err
 	}
+	c.policy = policy
 
 	r.mu.Lock()
 	m = r.members[cluster]
@@ -393,6 +410,8 @@ func (r *Registry) addStatic(name string, cfg *rest.Config) error {
 // run starts a connection and reports a sync timeout. A rotated connection
 // replaces the active one only once it has synced (make-before-break).
 func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
+	c.started = time.Now()
+	go c.probeLoop(r.opts.ProbeInterval, r.opts.ProbeTimeout, func(healthy bool) { r.onHealthChanged(c, ref, healthy) })
 	synced := c.start(r.opts.SyncTimeout, func() { r.onSynced(c, ref) })
 	if synced {
 		return
@@ -443,6 +462,30 @@ func (r *Registry) onSynced(c *Cluster, ref *corev1.ObjectReference) {
 		klog.InfoS("Member synced", "cluster", c.name, "duration", time.Since(c.started))
 	}
 	r.handler.ClusterSynced(c.name)
+}
+
+// ReasonUnreachable and ReasonReachable are Events on a member's Secret when
+// its health probe starts failing or recovers.
+const (
+	ReasonUnreachable = "MemberUnreachable"
+	ReasonReachable   = "MemberReachable"
+)
+
+func (r *Registry) onHealthChanged(c *Cluster, ref *corev1.ObjectReference, healthy bool) {
+	r.mu.RLock()
+	m := r.members[c.name]
+	active := m != nil && m.active == c
+	r.mu.RUnlock()
+	if !active {
+		return
+	}
+	if healthy {
+		r.eventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
+	} else if c.HasSynced() {
+		r.eventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q does not answer its health probe; its last-known endpoints are kept unless an unreachable policy applies", c.name)
+	}
+	klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)
+	r.handler.ClusterHealthChanged(c.name, healthy)
 }
 
 // removeSecret stops the member registered by a Secret and tells the handler,
@@ -539,10 +582,15 @@ func secretRef(s *corev1.Secret) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion}
 }
 
-func hashOf(cluster string, kubeconfig []byte) string {
+// hashOf identifies what a connection was built from: a change rebuilds it.
+func hashOf(cluster string, kubeconfig []byte, settings ...string) string {
 	h := sha256.New()
 	h.Write([]byte(cluster))
 	h.Write([]byte{0})
 	h.Write(kubeconfig)
+	for _, s := range settings {
+		h.Write([]byte{0})
+		h.Write([]byte(s))
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -36,6 +36,7 @@ func (h *recordingHandler) ClusterSynced(c string) {
 	defer h.mu.Unlock()
 	h.synced = append(h.synced, c)
 }
+func (h *recordingHandler) ClusterHealthChanged(string, bool) {}
 func (h *recordingHandler) ClusterRemoved(c string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -32,3 +32,20 @@ func (s Source) ipSlices() []*discoveryv1.EndpointSlice {
 	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
+
+// MarkNotReady returns a copy of src whose endpoints are all not ready, as
+// the hub shows a member that stopped answering: serving and terminating
+// keep their last-known values, so the data plane can still fall back.
+func MarkNotReady(src Source) Source {
+	out := src
+	out.Slices = make([]*discoveryv1.EndpointSlice, len(src.Slices))
+	for i, s := range src.Slices {
+		c := s.DeepCopy()
+		for j := range c.Endpoints {
+			ready := false
+			c.Endpoints[j].Conditions.Ready = &ready
+		}
+		out.Slices[i] = c
+	}
+	return out
+}

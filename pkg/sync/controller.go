@@ -38,6 +38,12 @@ type Member interface {
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
 	// ServiceExport returns the member's ServiceExport, or nil.
 	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
+	// UnreachableSince returns when the member stopped answering its health
+	// probe, and whether it is unreachable now.
+	UnreachableSince() (time.Time, bool)
+	// UnreachablePolicy applies the member's overrides to the daemon's
+	// grace and withdraw durations.
+	UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration)
 	// PatchServiceExportConditions replaces the conditions of a member's
 	// ServiceExport, provided it is still at the cached resourceVersion.
 	PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error
@@ -60,6 +66,13 @@ type Options struct {
 	Export             ExportPolicy
 	PerClusterServices endpoints.PerClusterMode
 	CreateNamespaces   bool
+	// UnreachableGrace marks an unreachable member's endpoints not ready
+	// after this long; UnreachableWithdraw withdraws them. Zero: never.
+	UnreachableGrace, UnreachableWithdraw time.Duration
+	// LeaseNamespace holds the member liveness Leases; LeaseDuration is
+	// their duration (renewed every quarter of it). Empty namespace: none.
+	LeaseNamespace string
+	LeaseDuration  time.Duration
 	// WriteExportStatus writes Valid/Ready/Conflict conditions to member
 	// ServiceExports (serviceexport mode only).
 	WriteExportStatus bool
@@ -255,6 +268,11 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
 	var wg stdsync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.runMemberLeases(ctx)
+	}()
 	for i := 0; i < c.opts.Workers; i++ {
 		wg.Add(1)
 		go func() {

@@ -377,3 +377,58 @@ func TestSyncClusterSetWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
 		t.Errorf("east still in conflict: %+v", c)
 	}
 }
+
+func TestUnreachablePolicyMarksNotReadyThenWithdraws(t *testing.T) {
+	f := newFixture(t, Options{UnreachableGrace: time.Minute, UnreachableWithdraw: time.Hour}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+	f.sync(cartC1)
+
+	readyInHub := func() (ready, total int) {
+		s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+		if err != nil {
+			return 0, 0
+		}
+		for _, ep := range s.Endpoints {
+			total++
+			if *ep.Conditions.Ready {
+				ready++
+			}
+		}
+		return ready, total
+	}
+
+	// Unreachable, but within the grace period: last-known state is kept.
+	m.downSince = time.Now().Add(-30 * time.Second)
+	f.resetActions()
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("within grace: writes %q", got)
+	}
+	// Past the grace period: not ready, serving kept.
+	m.downSince = time.Now().Add(-2 * time.Minute)
+	f.sync(cartC1)
+	if r, n := readyInHub(); r != 0 || n != 3 {
+		t.Fatalf("past grace: %d of %d ready, want 0 of 3", r, n)
+	}
+	s, _ := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if !*s.Endpoints[0].Conditions.Serving {
+		t.Error("serving was not kept as last seen")
+	}
+	if m.slices[0].Endpoints[0].Conditions.Ready == nil || !*m.slices[0].Endpoints[0].Conditions.Ready {
+		t.Error("the member cache was mutated")
+	}
+	// Past the withdraw period: gone.
+	m.downSince = time.Now().Add(-2 * time.Hour)
+	f.sync(cartC1)
+	if _, n := readyInHub(); n != 0 {
+		t.Fatalf("past withdraw: %d endpoints remain", n)
+	}
+	// Recovery restores them.
+	m.downSince = time.Time{}
+	f.sync(cartC1)
+	if r, n := readyInHub(); r != 3 || n != 3 {
+		t.Fatalf("after recovery: %d of %d ready, want 3 of 3", r, n)
+	}
+}

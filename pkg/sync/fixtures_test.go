@@ -31,6 +31,8 @@ type fakeMember struct {
 	services cache.Indexer
 	slices   []*discoveryv1.EndpointSlice
 	exports  map[string]*mcsv1beta1.ServiceExport
+	// downSince is when the member became unreachable; zero: reachable.
+	downSince time.Time
 	// statusWrites lists the ServiceExports whose conditions were written.
 	statusWrites []string
 }
@@ -44,6 +46,12 @@ func newFakeMember() *fakeMember {
 }
 
 func (m *fakeMember) HasSynced() bool { return m.synced }
+func (m *fakeMember) UnreachableSince() (time.Time, bool) {
+	return m.downSince, !m.downSince.IsZero()
+}
+func (m *fakeMember) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
+	return grace, withdraw
+}
 func (m *fakeMember) ServiceLister() corelisters.ServiceLister {
 	return corelisters.NewServiceLister(m.services)
 }

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -75,6 +76,26 @@ func (c *Controller) ClusterSynced(cluster string) {
 	}
 	c.enqueueClusterObjects(cluster)
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
+}
+
+// ClusterHealthChanged re-syncs a member when it recovers, and schedules its
+// keys for the moments its unreachable policy takes effect when it fails.
+func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
+	if healthy {
+		c.ClusterSynced(cluster)
+		return
+	}
+	m := c.members.Member(cluster)
+	if m == nil {
+		return
+	}
+	grace, withdraw := m.UnreachablePolicy(c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
+	for _, d := range []time.Duration{grace, withdraw} {
+		if d <= 0 {
+			continue
+		}
+		time.AfterFunc(d+100*time.Millisecond, func() { c.ClusterSynced(cluster) })
+	}
 }
 
 // ClusterRemoved queues every hub object sourced from a removed member, which

@@ -38,6 +38,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 				return err
 			}
 			src = &endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices}
+			src = c.applyUnreachablePolicy(m, src)
 		}
 	}
 	if src != nil {
@@ -234,4 +235,25 @@ func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error)
 		return false, err
 	}
 	return true, nil
+}
+
+// applyUnreachablePolicy returns src as the hub should show it while its
+// member is unreachable: unchanged (the default: last-known endpoints), with
+// every endpoint not ready after the grace period, or nil (withdrawn) after
+// the withdraw period.
+func (c *Controller) applyUnreachablePolicy(m Member, src *endpoints.Source) *endpoints.Source {
+	since, down := m.UnreachableSince()
+	if !down {
+		return src
+	}
+	grace, withdraw := m.UnreachablePolicy(c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
+	age := time.Since(since)
+	switch {
+	case withdraw > 0 && age >= withdraw:
+		return nil
+	case grace > 0 && age >= grace:
+		marked := endpoints.MarkNotReady(*src)
+		return &marked
+	}
+	return src
 }

@@ -82,13 +82,17 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	members := &memberSet{}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
-		Workers:            o.Workers,
-		Export:             o.exportPolicy(),
-		PerClusterServices: mode,
-		CreateNamespaces:   o.CreateNamespaces,
-		WriteExportStatus:  o.WriteExportStatus,
-		Recorder:           recorder,
-		Metrics:            metrics,
+		Workers:             o.Workers,
+		Export:              o.exportPolicy(),
+		PerClusterServices:  mode,
+		CreateNamespaces:    o.CreateNamespaces,
+		WriteExportStatus:   o.WriteExportStatus,
+		UnreachableGrace:    o.UnreachableGrace,
+		UnreachableWithdraw: o.UnreachableWithdraw,
+		LeaseNamespace:      o.Namespace,
+		LeaseDuration:       o.MemberLeaseDuration,
+		Recorder:            recorder,
+		Metrics:             metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -99,6 +103,8 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	}
 	members.registry = clusters.NewRegistry(hub, recorder, ctrl, clusters.Options{
 		Static:              static,
+		ProbeInterval:       o.ProbeInterval,
+		ProbeTimeout:        o.ProbeTimeout,
 		Namespace:           o.Namespace,
 		SyncTimeout:         o.MemberSyncTimeout,
 		QPS:                 o.MemberQPS,

@@ -27,15 +27,20 @@ type Options struct {
 	MemberQPS   float32
 	MemberBurst int
 
-	ExportMode         string
-	IncludeNamespaces  []string
-	ExcludeNamespaces  []string
-	PerClusterServices string
-	CreateNamespaces   bool
-	MemberSyncTimeout  time.Duration
-	WriteExportStatus  bool
-	HubIsMember        bool
-	HubClusterName     string
+	ExportMode          string
+	IncludeNamespaces   []string
+	ExcludeNamespaces   []string
+	PerClusterServices  string
+	CreateNamespaces    bool
+	MemberSyncTimeout   time.Duration
+	WriteExportStatus   bool
+	UnreachableGrace    time.Duration
+	UnreachableWithdraw time.Duration
+	MemberLeaseDuration time.Duration
+	ProbeInterval       time.Duration
+	ProbeTimeout        time.Duration
+	HubIsMember         bool
+	HubClusterName      string
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
@@ -56,25 +61,28 @@ func NewOptions() *Options {
 		ns = "endpoint-aggregator"
 	}
 	return &Options{
-		Namespace:          ns,
-		Workers:            4,
-		HubQPS:             50,
-		HubBurst:           100,
-		MemberQPS:          20,
-		MemberBurst:        40,
-		ExportMode:         string(easync.ExportServiceExport),
-		ExcludeNamespaces:  easync.DefaultExcludedNamespaces,
-		PerClusterServices: string(endpoints.PerClusterMirror),
-		MemberSyncTimeout:  30 * time.Second,
-		WriteExportStatus:  true,
-		HubClusterName:     "hub",
-		LeaderElect:        true,
-		LeaderElectionID:   "endpoint-aggregator",
-		LeaseDuration:      15 * time.Second,
-		RenewDeadline:      10 * time.Second,
-		RetryPeriod:        2 * time.Second,
-		MetricsBindAddress: ":8080",
-		ShutdownTimeout:    10 * time.Second,
+		Namespace:           ns,
+		Workers:             4,
+		HubQPS:              50,
+		HubBurst:            100,
+		MemberQPS:           20,
+		MemberBurst:         40,
+		ExportMode:          string(easync.ExportServiceExport),
+		ExcludeNamespaces:   easync.DefaultExcludedNamespaces,
+		PerClusterServices:  string(endpoints.PerClusterMirror),
+		MemberSyncTimeout:   30 * time.Second,
+		WriteExportStatus:   true,
+		MemberLeaseDuration: 40 * time.Second,
+		ProbeInterval:       5 * time.Second,
+		ProbeTimeout:        5 * time.Second,
+		HubClusterName:      "hub",
+		LeaderElect:         true,
+		LeaderElectionID:    "endpoint-aggregator",
+		LeaseDuration:       15 * time.Second,
+		RenewDeadline:       10 * time.Second,
+		RetryPeriod:         2 * time.Second,
+		MetricsBindAddress:  ":8080",
+		ShutdownTimeout:     10 * time.Second,
 	}
 }
 
@@ -95,6 +103,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
 	fs.DurationVar(&o.MemberSyncTimeout, "member-sync-timeout", o.MemberSyncTimeout, "How long a member may take to sync before the daemon is ready without it.")
 	fs.BoolVar(&o.WriteExportStatus, "write-export-status", o.WriteExportStatus, "Write Valid/Ready/Conflict conditions to member ServiceExports (serviceexport mode; needs patch on serviceexports/status). Set false for read-only member credentials.")
+	fs.DurationVar(&o.UnreachableGrace, "unreachable-grace", o.UnreachableGrace, "Mark an unreachable member's endpoints not ready after this long (0: keep them as last seen). Secret annotation endpoint-aggregator.io/unreachable-grace overrides it.")
+	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "Withdraw an unreachable member's endpoints after this long (0: never). Secret annotation endpoint-aggregator.io/unreachable-withdraw overrides it.")
+	fs.DurationVar(&o.MemberLeaseDuration, "member-lease-duration", o.MemberLeaseDuration, "Duration of the per-member liveness Leases (endpoint-aggregator-member-<cluster>), renewed every quarter of it while the member is healthy; 0 disables them.")
+	fs.DurationVar(&o.ProbeInterval, "member-probe-interval", o.ProbeInterval, "How often each member's /readyz is probed.")
+	fs.DurationVar(&o.ProbeTimeout, "member-probe-timeout", o.ProbeTimeout, "How long a member probe may take; a member is seen unreachable within interval + timeout.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "Also aggregate the hub's own exported Services, as member --hub-cluster-name, without a Secret.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "Cluster name of the hub when --hub-is-member.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowExec, "allow-kubeconfig-exec", false, "Allow exec credential plugins in member kubeconfigs (runs commands!).")
@@ -134,6 +147,15 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, errors.New("leader election needs lease duration > renew deadline > retry period > 0"))
+	}
+	if o.UnreachableGrace < 0 || o.UnreachableWithdraw < 0 || o.MemberLeaseDuration < 0 || o.ProbeInterval <= 0 || o.ProbeTimeout <= 0 {
+		errs = append(errs, errors.New("unreachable, lease and probe durations must not be negative (probe ones positive)"))
+	}
+	if o.UnreachableGrace > 0 && o.UnreachableWithdraw > 0 && o.UnreachableWithdraw <= o.UnreachableGrace {
+		errs = append(errs, errors.New("--unreachable-withdraw must be longer than --unreachable-grace"))
+	}
+	if o.MemberLeaseDuration > 0 && o.MemberLeaseDuration < 4*time.Second {
+		errs = append(errs, errors.New("--member-lease-duration must be at least 4s"))
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))

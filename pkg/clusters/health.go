@@ -1,0 +1,111 @@
+package clusters
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Per-Secret overrides of the daemon's unreachable policy, as durations
+// ("90s", "10m"). "0" turns the step off for that member.
+const (
+	AnnotationUnreachableGrace    = "endpoint-aggregator.io/unreachable-grace"
+	AnnotationUnreachableWithdraw = "endpoint-aggregator.io/unreachable-withdraw"
+)
+
+// probeLoop checks the member's API server every interval with a bounded
+// request, so a member that hangs (a partition, a frozen process) is noticed
+// even when it has no events to send, and a quiet member does not look dead.
+// onChange is called when health flips.
+func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		healthy := c.synced.Load() && c.probe(timeout) == nil
+		now := time.Now()
+		if healthy {
+			c.lastHealthy.Store(now.UnixNano())
+		}
+		if healthy != c.healthy.Load() {
+			c.healthy.Store(healthy)
+			if !healthy {
+				c.unhealthySince.Store(now.UnixNano())
+			}
+			onChange(healthy)
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe asks the member's /readyz, which every authenticated client may read.
+func (c *Cluster) probe(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rc := c.clients.Kube.Discovery().RESTClient()
+	if rc == nil { // fake clients in unit tests
+		_, err := c.clients.Kube.Discovery().ServerVersion()
+		return err
+	}
+	if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+		klog.V(2).InfoS("Member probe failed", "cluster", c.name, "err", err)
+		return fmt.Errorf("probing member %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// Healthy reports whether the last probe of a synced member succeeded.
+func (c *Cluster) Healthy() bool { return c.healthy.Load() }
+
+// UnreachableSince returns when the member stopped answering, and whether it
+// is unreachable now. A member that never synced counts from its start.
+func (c *Cluster) UnreachableSince() (time.Time, bool) {
+	if c.healthy.Load() {
+		return time.Time{}, false
+	}
+	if ns := c.unhealthySince.Load(); ns != 0 {
+		return time.Unix(0, ns), true
+	}
+	return c.started, true
+}
+
+// UnreachablePolicy returns the member's unreachable policy, the Secret's
+// overrides on top of the daemon's grace and withdraw durations: after grace
+// (if > 0) its hub endpoints are marked not ready, after withdraw (if > 0)
+// they are withdrawn; zero keeps them as last seen.
+func (c *Cluster) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
+	if c.policy.Grace != nil {
+		grace = *c.policy.Grace
+	}
+	if c.policy.Withdraw != nil {
+		withdraw = *c.policy.Withdraw
+	}
+	return grace, withdraw
+}
+
+// policyOverride holds a Secret's parsed overrides; nil keeps the default.
+type policyOverride struct {
+	Grace, Withdraw *time.Duration
+}
+
+// parsePolicyOverride reads the override annotations of a Secret.
+func parsePolicyOverride(annotations map[string]string) (policyOverride, error) {
+	var p policyOverride
+	for key, dst := range map[string]**time.Duration{AnnotationUnreachableGrace: &p.Grace, AnnotationUnreachableWithdraw: &p.Withdraw} {
+		v, ok := annotations[key]
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return policyOverride{}, fmt.Errorf("annotation %s=%q is not a non-negative duration", key, v)
+		}
+		*dst = &d
+	}
+	return p, nil
+}

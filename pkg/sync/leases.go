@@ -1,0 +1,114 @@
+package sync
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+const (
+	// MemberLeasePrefix names a member's liveness Lease: prefix + cluster.
+	MemberLeasePrefix = "endpoint-aggregator-member-"
+	// LabelLeaseCluster marks a member liveness Lease with its cluster.
+	LabelLeaseCluster = "endpoint-aggregator.io/member-cluster"
+	leaseHolder       = "endpoint-aggregator"
+	resourceLease     = "leases"
+)
+
+// runMemberLeases publishes one Lease per member in the daemon's namespace,
+// renewed every quarter of its duration while the member is synced and
+// answers its health probe, so anyone can tell a live member from a dead one
+// with `kubectl get leases`. Leases of unregistered members are deleted.
+func (c *Controller) runMemberLeases(ctx context.Context) {
+	if c.opts.LeaseNamespace == "" || c.opts.LeaseDuration <= 0 {
+		return
+	}
+	known := map[string]*coordinationv1.Lease{}
+	// Leases left behind by members unregistered while the daemon was down.
+	if list, err := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String(),
+	}); err == nil {
+		for i := range list.Items {
+			if l := &list.Items[i]; l.Labels[LabelLeaseCluster] != "" {
+				known[l.Labels[LabelLeaseCluster]] = l
+			}
+		}
+	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		registered := map[string]bool{}
+		for _, name := range c.members.Names() {
+			registered[name] = true
+			m := c.members.Member(name)
+			if m == nil || !m.HasSynced() {
+				continue
+			}
+			if _, down := m.UnreachableSince(); down {
+				continue // not renewed: the Lease expires on its own
+			}
+			if l, err := c.renewLease(ctx, name, known[name]); err != nil {
+				klog.V(2).InfoS("Renewing member Lease failed", "cluster", name, "err", err)
+				delete(known, name)
+			} else {
+				known[name] = l
+			}
+		}
+		for name, l := range known {
+			if registered[name] {
+				continue
+			}
+			err := c.hub.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+			c.countWrite(resourceLease, verbDelete, err)
+			if err == nil || apierrors.IsNotFound(err) {
+				delete(known, name)
+			}
+		}
+	}, c.opts.LeaseDuration/4)
+}
+
+// renewLease creates or renews a member's Lease; last is what we last wrote
+// (nil when unknown).
+func (c *Controller) renewLease(ctx context.Context, cluster string, last *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	api := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace)
+	now := metav1.NewMicroTime(time.Now())
+	if last == nil {
+		got, err := api.Get(ctx, MemberLeasePrefix+cluster, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace: c.opts.LeaseNamespace,
+					Name:      MemberLeasePrefix + cluster,
+					Labels:    map[string]string{endpoints.LabelManagedBy: endpoints.ManagedByValue, LabelLeaseCluster: cluster},
+				},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity:       ptr.To(leaseHolder),
+					LeaseDurationSeconds: ptr.To(int32(c.opts.LeaseDuration / time.Second)),
+					AcquireTime:          &now,
+					RenewTime:            &now,
+				},
+			}
+			out, err := api.Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
+			c.countWrite(resourceLease, verbCreate, err)
+			return out, err
+		case err != nil:
+			return nil, err
+		}
+		last = got
+	}
+	l := last.DeepCopy()
+	l.Spec.HolderIdentity = ptr.To(leaseHolder)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.opts.LeaseDuration / time.Second))
+	l.Spec.RenewTime = &now
+	out, err := api.Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
+	c.countWrite(resourceLease, verbUpdate, err)
+	return out, err
+}

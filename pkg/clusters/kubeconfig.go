@@ -18,6 +18,7 @@ type KubeconfigPolicy struct {
 	AllowTokenFile          bool
 	AllowFilePaths          bool
 	AllowInsecureSkipVerify bool
+	AllowProxy              bool
 }
 
 // ErrRefused marks a kubeconfig that parsed but uses a refused feature.
@@ -80,6 +81,9 @@ func checkKubeconfig(cfg *clientcmdapi.Config, p KubeconfigPolicy) error {
 	}
 	if cluster.InsecureSkipTLSVerify && !p.AllowInsecureSkipVerify {
 		return refuse("insecure-skip-tls-verify", "--allow-kubeconfig-insecure")
+	}
+	if cluster.ProxyURL != "" && !p.AllowProxy {
+		return refuse("proxy-url", "--allow-kubeconfig-proxy")
 	}
 	if user == nil {
 		return nil

@@ -29,6 +29,7 @@ func TestRESTConfigRefusesEverythingThatRunsCommandsOrReadsFiles(t *testing.T) {
 		{name: "client certificate path", config: user("    client-certificate: /etc/cert.pem\n    client-key: /etc/key.pem\n"), refused: true, errText: "file paths"},
 		{name: "CA path", config: cluster("    certificate-authority: /etc/ca.pem\n"), refused: true, errText: "certificate-authority"},
 		{name: "insecure", config: cluster("    insecure-skip-tls-verify: true\n"), refused: true, errText: "insecure-skip-tls-verify"},
+		{name: "proxy", config: cluster("    certificate-authority-data: Zm9v\n    proxy-url: http://127.0.0.1:3128\n"), refused: true, errText: "proxy-url"},
 		{name: "insecure allowed", config: cluster("    insecure-skip-tls-verify: true\n"), allow: KubeconfigPolicy{AllowInsecureSkipVerify: true}},
 	}
 	for _, tc := range cases {

@@ -37,8 +37,12 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 			if err != nil {
 				return err
 			}
-			src = &endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices}
-			src = c.applyUnreachablePolicy(m, src)
+			clean, dropped := endpoints.Sanitize(endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices})
+			if dropped > 0 {
+				c.metrics.InvalidEndpoints.Add(float64(dropped))
+				klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", dropped)
+			}
+			src = c.applyUnreachablePolicy(m, &clean)
 		}
 	}
 	if src != nil {

@@ -53,6 +53,9 @@ type Metrics struct {
 	MemberWrites *prometheus.CounterVec
 	// SkippedNamespace counts syncs skipped because the hub lacks the namespace.
 	SkippedNamespace prometheus.Counter
+	// InvalidEndpoints counts member endpoints dropped because the hub would
+	// reject them (bad address, hostname, ports, or over the slice limit).
+	InvalidEndpoints prometheus.Counter
 	// Propagation observes the time from a member EndpointSlice change
 	// (its endpoints.kubernetes.io/last-change-trigger-time) to the hub
 	// write that carries it.
@@ -88,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "namespace_missing_total",
 			Help: "Syncs skipped because the hub has no namespace of that name (see --create-namespaces).",
 		}),
+		InvalidEndpoints: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "invalid_member_endpoints_total",
+			Help: "Member endpoints not aggregated because the hub's API server would reject them.",
+		}),
 		Propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "endpoint_propagation_seconds",
 			Help:    "Time from a member EndpointSlice change (its last-change-trigger-time annotation) to the hub write carrying it.",
@@ -95,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.InvalidEndpoints, m.Propagation)
 	}
 	return m
 }

@@ -120,6 +120,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits before taking over an unrenewed lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it gives up (and exits).")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew the lease.")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowProxy, "allow-kubeconfig-proxy", false, "Allow proxy-url in member kubeconfigs.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
 }

@@ -1,0 +1,126 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runCLICommand runs the root command with args in-process.
+func runCLICommand(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := NewCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+// TestOperatorCommandFlags checks flag validation. Every case fails before
+// any cluster is contacted: the kubeconfig points at unreachable servers.
+func TestOperatorCommandFlags(t *testing.T) {
+	kubeconfig := writeTestKubeconfig(t)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr []string
+	}{
+		{"register needs both contexts", []string{"register"}, []string{"--member-context is required", "--hub-context is required"}},
+		{"register name must be a DNS label", []string{"register", "--member-context", "east", "--hub-context", "hub", "--name", "East_1"}, []string{`cluster name "East_1" from --name is not a DNS-1123 label`}},
+		{"register default name from an unfit context", []string{"register", "--member-context", "arn:aws:eks:x", "--hub-context", "hub"}, []string{"from the member context's name (set --name)"}},
+		{"register member server", []string{"register", "--member-context", "east", "--hub-context", "hub", "--member-server", "east:6443"}, []string{"--member-server"}},
+		{"register token expiration", []string{"register", "--member-context", "east", "--hub-context", "hub", "--token-expiration", "5m"}, []string{"--token-expiration must be at least 10m"}},
+		{"register token wait", []string{"register", "--member-context", "east", "--hub-context", "hub", "--token-wait", "-1s"}, []string{"--token-wait must not be negative"}},
+		{"namespace", []string{"register", "--member-context", "east", "--hub-context", "hub", "-n", "Bad"}, []string{`--namespace "Bad"`}},
+		{"request timeout", []string{"status", "--hub-context", "hub", "--request-timeout", "-1s"}, []string{"--request-timeout"}},
+		{"unknown context", []string{"register", "--member-context", "north", "--hub-context", "hub", "--dry-run"}, []string{`context "north" is not in the kubeconfig (it has east, hub)`}},
+		{"positional arguments", []string{"status", "--hub-context", "hub", "extra"}, []string{"unknown command"}},
+		{"unregister needs hub and name", []string{"unregister"}, []string{"--hub-context is required", "--name is required"}},
+		{"unregister name", []string{"unregister", "--hub-context", "hub", "--name", "a.b"}, []string{`--name "a.b" is not a DNS-1123 label`}},
+		{"unregister cleanup needs member", []string{"unregister", "--hub-context", "hub", "--name", "east", "--cleanup-member"}, []string{"--cleanup-member needs --member-context"}},
+		{"unregister member without cleanup", []string{"unregister", "--hub-context", "hub", "--name", "east", "--member-context", "east"}, []string{"--member-context is only used with --cleanup-member"}},
+		{"status needs hub", []string{"status"}, []string{"--hub-context is required"}},
+		{"status output", []string{"status", "--hub-context", "hub", "-o", "wide"}, []string{`--output "wide": want one of table, json, yaml`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := runCLICommand(t, append(tc.args, "--kubeconfig", kubeconfig)...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q (stderr %q)", err, want, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestRegisterDryRunContactsNoCluster(t *testing.T) {
+	kubeconfig := writeTestKubeconfig(t)
+	stdout, stderr, err := runCLICommand(t, "register", "--kubeconfig", kubeconfig, "--member-context", "east", "--hub-context", "hub",
+		"--dry-run", "--read-only", "--member-server", "https://east.example:6443", "-n", "aggregator")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"name: east", "namespace: aggregator", "endpoint-aggregator.io/member-cluster: \"true\"", "server: https://east.example:6443", "token: <token of ServiceAccount endpoint-aggregator-member/endpoint-aggregator-member>"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "would apply clusterrole.rbac.authorization.k8s.io/endpoint-aggregator-member") {
+		t.Errorf("dry-run stderr:\n%s", stderr)
+	}
+}
+
+func TestRegisterClusterNameDefault(t *testing.T) {
+	o := newRegisterOptions()
+	o.MemberContext = "east"
+	if o.clusterName() != "east" {
+		t.Errorf("default name %q", o.clusterName())
+	}
+	o.Name = "east-1"
+	if o.clusterName() != "east-1" {
+		t.Errorf("--name %q", o.clusterName())
+	}
+}
+
+// writeTestKubeconfig writes a kubeconfig with contexts east and hub whose
+// servers accept no connection.
+func writeTestKubeconfig(t *testing.T) string {
+	t.Helper()
+	const kc = `apiVersion: v1
+kind: Config
+clusters:
+- name: east
+  cluster:
+    server: https://127.0.0.1:1
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=
+- name: hub
+  cluster:
+    server: https://127.0.0.1:2
+users:
+- name: admin
+  user:
+    token: admin-token
+contexts:
+- name: east
+  context: {cluster: east, user: admin}
+- name: hub
+  context: {cluster: hub, user: admin}
+current-context: hub
+`
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

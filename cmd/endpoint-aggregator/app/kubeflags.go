@@ -1,0 +1,126 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+)
+
+// cliDefaultNamespace is the daemon's namespace the operator commands assume,
+// the default of `run --namespace`.
+const cliDefaultNamespace = "endpoint-aggregator"
+
+// cliFieldManager is the field manager of everything the operator commands
+// write.
+const cliFieldManager = "endpoint-aggregator-cli"
+
+// kubeFlags are the connection flags shared by register, unregister and
+// status, kubectl style: one kubeconfig file (or the usual $KUBECONFIG /
+// ~/.kube/config chain), clusters chosen by context.
+type kubeFlags struct {
+	Kubeconfig     string
+	Namespace      string
+	RequestTimeout time.Duration
+}
+
+func newKubeFlags() *kubeFlags {
+	return &kubeFlags{Namespace: cliDefaultNamespace, RequestTimeout: 30 * time.Second}
+}
+
+func (f *kubeFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig,
+		"Path to the kubeconfig file with the contexts. Default: the files in $KUBECONFIG, else ~/.kube/config.")
+	fs.StringVarP(&f.Namespace, "namespace", "n", f.Namespace,
+		"The daemon's namespace in the hub (its --namespace), where the registration Secrets live.")
+	fs.DurationVar(&f.RequestTimeout, "request-timeout", f.RequestTimeout,
+		"Timeout of each API request. 0 means no timeout.")
+}
+
+func (f *kubeFlags) validate() []error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(f.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--namespace %q is not a valid namespace name: %s", f.Namespace, strings.Join(msgs, "; ")))
+	}
+	if f.RequestTimeout < 0 {
+		errs = append(errs, errors.New("--request-timeout must not be negative"))
+	}
+	return errs
+}
+
+// restConfig returns the client configuration of a context of the
+// kubeconfig. It fails when the context does not exist, rather than falling
+// back to the current context.
+func (f *kubeFlags) restConfig(kubeContext string) (*rest.Config, error) {
+	if kubeContext == "" {
+		return nil, errors.New("no context given")
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.Kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	if _, ok := raw.Contexts[kubeContext]; !ok {
+		var names []string
+		for n := range raw.Contexts {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		have := "it has none"
+		if len(names) > 0 {
+			have = "it has " + strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("context %q is not in the kubeconfig (%s)", kubeContext, have)
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("context %q: %w", kubeContext, err)
+	}
+	cfg.Timeout = f.RequestTimeout
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "endpoint-aggregator-cli/" + version()
+	return cfg, nil
+}
+
+// cliClients are the clients of one cluster, chosen by context.
+type cliClients struct {
+	context string
+	config  *rest.Config
+	kube    kubernetes.Interface
+	dynamic dynamic.Interface
+	mcs     mcsclientset.Interface
+}
+
+func (f *kubeFlags) clients(kubeContext string) (*cliClients, error) {
+	cfg, err := f.restConfig(kubeContext)
+	if err != nil {
+		return nil, err
+	}
+	return newCLIClients(kubeContext, cfg)
+}
+
+func newCLIClients(kubeContext string, cfg *rest.Config) (*cliClients, error) {
+	c := &cliClients{context: kubeContext, config: cfg}
+	var err error
+	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("context %q: %w", kubeContext, err)
+	}
+	if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("context %q: %w", kubeContext, err)
+	}
+	if c.mcs, err = mcsclientset.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("context %q: %w", kubeContext, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,420 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+)
+
+// dryRunToken stands for the member token in --dry-run output.
+func dryRunToken(id *memberIdentity) string {
+	return fmt.Sprintf("<token of ServiceAccount %s/%s>", id.serviceAccount.GetNamespace(), id.serviceAccount.GetName())
+}
+
+// mcsGroupVersion is the mcs-api version the daemon watches ServiceExports in.
+const mcsGroupVersion = "multicluster.x-k8s.io/v1beta1"
+
+type registerOptions struct {
+	kube            *kubeFlags
+	MemberContext   string
+	HubContext      string
+	Name            string
+	MemberServer    string
+	ReadOnly        bool
+	DryRun          bool
+	TokenWait       time.Duration
+	TokenExpiration time.Duration
+}
+
+func newRegisterOptions() *registerOptions {
+	return &registerOptions{
+		kube:            newKubeFlags(),
+		TokenWait:       10 * time.Second,
+		TokenExpiration: 365 * 24 * time.Hour,
+	}
+}
+
+func (o *registerOptions) addFlags(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	o.kube.addFlags(fs)
+	fs.StringVar(&o.MemberContext, "member-context", o.MemberContext, "Kubeconfig context of the member cluster (required).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member, a DNS-1123 label; also the registration Secret's name. Default: the member context's name.")
+	fs.StringVar(&o.MemberServer, "member-server", o.MemberServer, "URL at which the hub reaches the member's apiserver. Default: the server of the member context.")
+	fs.BoolVar(&o.ReadOnly, "read-only", o.ReadOnly, "Grant only get/list/watch in the member: no patch/update of serviceexports/status (the daemon then cannot write ServiceExport conditions).")
+	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Change nothing anywhere: print the registration Secret (token replaced by a placeholder) to stdout and the member objects that would be applied to stderr.")
+	fs.DurationVar(&o.TokenWait, "token-wait", o.TokenWait, "How long to wait for the token controller to fill a newly created ServiceAccount token Secret before asking the TokenRequest API instead.")
+	fs.DurationVar(&o.TokenExpiration, "token-expiration", o.TokenExpiration, "Lifetime requested for a TokenRequest token (the member's apiserver may cap it; at least 10m).")
+}
+
+// clusterName is --name, by default the member context's name.
+func (o *registerOptions) clusterName() string {
+	if o.Name != "" {
+		return o.Name
+	}
+	return o.MemberContext
+}
+
+func (o *registerOptions) validate() error {
+	errs := o.kube.validate()
+	if o.MemberContext == "" {
+		errs = append(errs, errors.New("--member-context is required"))
+	}
+	if o.HubContext == "" {
+		errs = append(errs, errors.New("--hub-context is required"))
+	}
+	if name := o.clusterName(); name != "" {
+		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+			from := "--name"
+			if o.Name == "" {
+				from = "the member context's name (set --name)"
+			}
+			errs = append(errs, fmt.Errorf("cluster name %q from %s is not a DNS-1123 label: %s", name, from, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.MemberServer != "" {
+		if err := validateServerURL(o.MemberServer); err != nil {
+			errs = append(errs, fmt.Errorf("--member-server: %w", err))
+		}
+	}
+	if o.TokenWait < 0 {
+		errs = append(errs, errors.New("--token-wait must not be negative"))
+	}
+	if o.TokenExpiration < 10*time.Minute {
+		errs = append(errs, errors.New("--token-expiration must be at least 10m (the TokenRequest minimum)"))
+	}
+	return errors.Join(errs...)
+}
+
+func newRegisterCommand() *cobra.Command {
+	o := newRegisterOptions()
+	cmd := &cobra.Command{
+		Use:   "register --member-context M --hub-context H [--name N]",
+		Short: "Register a member cluster with the hub",
+		Long: `Register a member cluster with the hub.
+
+In the member (--member-context), register creates or updates the identity the
+daemon uses there, from the manifests of config/rbac: the Namespace,
+ServiceAccount, ClusterRole and ClusterRoleBinding endpoint-aggregator-member
+and the kubernetes.io/service-account-token Secret
+endpoint-aggregator-member-token. The ClusterRole allows get/list/watch on
+Services, EndpointSlices and ServiceExports, and patch/update on
+serviceexports/status unless --read-only. The mcs-api CRDs are not installed:
+apply config/crd to the member when the daemon runs with
+--export-mode=serviceexport (the default).
+
+It then writes a kubeconfig for that ServiceAccount (server, inline CA data,
+token) into the registration Secret in the hub (--hub-context): Secret <name>
+in the daemon's namespace (--namespace, created if missing), labelled
+endpoint-aggregator.io/member-cluster=true, annotated
+endpoint-aggregator.io/cluster-name=<name>. The CA comes from the member
+context, else from the token Secret or the kube-root-ca.crt ConfigMap.
+
+The token is the one the token controller of kube-controller-manager writes
+into the token Secret: it does not expire, and deleting the Secret revokes it.
+When the Secret is not filled within --token-wait (a member without a token
+controller), register asks the TokenRequest API for a token valid for
+--token-expiration (default one year; the member's apiserver may cap it).
+Such a token expires: run register again before then. A later run keeps a
+token that still works and renews it once less than a third of its lifetime
+is left.
+
+Running register again changes nothing when nothing changed: the member
+objects are server-side applied, and the hub Secret is only written when its
+content differs. --dry-run contacts no cluster and creates nothing anywhere.`,
+		Example: `  # Register context east as member "east" of the hub in context hub:
+  endpoint-aggregator register --member-context east --hub-context hub
+
+  # The hub reaches the member at another address than this machine does:
+  endpoint-aggregator register --member-context east --hub-context hub \
+      --name east --member-server https://east.example.com:6443
+
+  # Print the registration Secret without changing anything:
+  endpoint-aggregator register --member-context east --hub-context hub --dry-run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error {
+	name := o.clusterName()
+	identity, err := loadMemberIdentity(o.ReadOnly)
+	if err != nil {
+		return err
+	}
+	memberCfg, err := o.kube.restConfig(o.MemberContext)
+	if err != nil {
+		return fmt.Errorf("member: %w", err)
+	}
+	if _, err := o.kube.restConfig(o.HubContext); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	ep, err := endpointFromConfig(memberCfg, o.MemberServer)
+	if err != nil {
+		return err
+	}
+	if o.DryRun {
+		return o.dryRun(name, identity, ep, out, errOut)
+	}
+
+	member, err := newCLIClients(o.MemberContext, memberCfg)
+	if err != nil {
+		return err
+	}
+	hub, err := o.kube.clients(o.HubContext)
+	if err != nil {
+		return err
+	}
+	ns := o.kube.Namespace
+
+	// Check the hub first, so that a conflict changes nothing in the member.
+	existing, err := registrationFor(ctx, hub, ns, name)
+	if err != nil {
+		return err
+	}
+
+	report := func(ref, result string) {
+		fmt.Fprintf(out, "member %s: %s %s\n", o.MemberContext, ref, result)
+	}
+	applied, err := identity.apply(ctx, member.dynamic, report)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", o.MemberContext, err)
+	}
+	tokenSecretCreated := applied[identityKey(identity.tokenSecret)] == "created"
+	var previous string
+	if existing != nil {
+		previous = kubeconfigToken(existing.Data[clusters.KubeconfigKey])
+	}
+	token, tokenCA, err := o.memberToken(ctx, member, identity, tokenSecretCreated, previous, out, errOut)
+	if err != nil {
+		return fmt.Errorf("member %s: %w", o.MemberContext, err)
+	}
+	if len(ep.CAData) == 0 {
+		ep.CAData = tokenCA
+	}
+	if len(ep.CAData) == 0 {
+		if cm, err := member.kube.CoreV1().ConfigMaps(identity.namespace()).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err == nil {
+			ep.CAData = []byte(cm.Data["ca.crt"])
+		}
+	}
+	if len(ep.CAData) == 0 {
+		fmt.Fprintf(errOut, "Warning: no CA data for member %s (not in its context, the token Secret or kube-root-ca.crt); the daemon will verify %s against its system roots\n", o.MemberContext, ep.Server)
+	}
+	if _, err := member.kube.Discovery().ServerResourcesForGroupVersion(mcsGroupVersion); apierrors.IsNotFound(err) {
+		fmt.Fprintf(errOut, "Note: member %s does not serve %s: apply config/crd to it if the daemon runs with --export-mode=serviceexport\n", o.MemberContext, mcsGroupVersion)
+	}
+
+	kubeconfig, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, token)
+	if err != nil {
+		return err
+	}
+	desired := registrationSecret(ns, name, kubeconfig)
+	result, err := writeRegistration(ctx, hub, existing, desired)
+	if err != nil {
+		return fmt.Errorf("hub %s: %w", o.HubContext, err)
+	}
+	fmt.Fprintf(out, "hub %s: secret/%s (namespace %s) %s\n", o.HubContext, name, ns, result)
+	fmt.Fprintf(out, "Member %q registered. Check it with: endpoint-aggregator status --hub-context %s -n %s\n", name, o.HubContext, ns)
+	return nil
+}
+
+func (o *registerOptions) dryRun(name string, identity *memberIdentity, ep memberEndpoint, out, errOut io.Writer) error {
+	for _, obj := range identity.objects {
+		fmt.Fprintf(errOut, "member %s: would apply %s\n", o.MemberContext, identityObjectRef(obj))
+	}
+	fmt.Fprintf(errOut, "hub %s: would create namespace %s if missing, and create or update secret/%s in it\n", o.HubContext, o.kube.Namespace, name)
+	if len(ep.CAData) == 0 {
+		fmt.Fprintf(errOut, "Note: the member context has no CA data; register would take it from the member's token Secret or kube-root-ca.crt\n")
+	}
+	kubeconfig, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, dryRunToken(identity))
+	if err != nil {
+		return err
+	}
+	data, err := secretYAML(registrationSecret(o.kube.Namespace, name, kubeconfig))
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(data)
+	return err
+}
+
+// registrationFor returns the hub Secret that would register name, or nil.
+// It fails when that Secret is not a registration Secret for name, or when
+// another Secret already claims the name: the daemon would reject one of them.
+func registrationFor(ctx context.Context, hub *cliClients, ns, name string) (*corev1.Secret, error) {
+	s, err := hub.kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		s = nil
+	case err != nil:
+		return nil, fmt.Errorf("hub %s: reading secret %s/%s: %w", hub.context, ns, name, err)
+	case s.Labels[clusters.LabelMemberCluster] != "true":
+		return nil, fmt.Errorf("hub %s: secret %s/%s exists and is not a registration Secret (no label %s=true); choose another --name", hub.context, ns, name, clusters.LabelMemberCluster)
+	case clusters.ClusterName(s) != name:
+		return nil, fmt.Errorf("hub %s: secret %s/%s registers cluster %q; choose another --name or unregister %q first", hub.context, ns, name, clusters.ClusterName(s), clusters.ClusterName(s))
+	}
+	all, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: "true"}.String()})
+	if err != nil {
+		return nil, fmt.Errorf("hub %s: listing registration Secrets: %w", hub.context, err)
+	}
+	for _, other := range all.Items {
+		if other.Name != name && clusters.ClusterName(&other) == name {
+			return nil, fmt.Errorf("hub %s: cluster name %q is already registered by secret %s/%s; unregister it first", hub.context, name, ns, other.Name)
+		}
+	}
+	return s, nil
+}
+
+// writeRegistration creates or updates the hub Secret; it writes nothing
+// when the Secret is up to date.
+func writeRegistration(ctx context.Context, hub *cliClients, existing, desired *corev1.Secret) (string, error) {
+	api := hub.kube.CoreV1().Secrets(desired.Namespace)
+	if existing == nil {
+		if err := ensureHubNamespace(ctx, hub, desired.Namespace); err != nil {
+			return "", err
+		}
+		if _, err := api.Create(ctx, desired, metav1.CreateOptions{FieldManager: cliFieldManager}); err != nil {
+			return "", fmt.Errorf("creating secret %s/%s: %w", desired.Namespace, desired.Name, err)
+		}
+		return "created", nil
+	}
+	if registrationUpToDate(existing, desired) {
+		return "unchanged", nil
+	}
+	s := existing.DeepCopy()
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	for k, v := range desired.Labels {
+		s.Labels[k] = v
+	}
+	for k, v := range desired.Annotations {
+		s.Annotations[k] = v
+	}
+	s.Data[clusters.KubeconfigKey] = desired.Data[clusters.KubeconfigKey]
+	if _, err := api.Update(ctx, s, metav1.UpdateOptions{FieldManager: cliFieldManager}); err != nil {
+		return "", fmt.Errorf("updating secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return "configured", nil
+}
+
+func ensureHubNamespace(ctx context.Context, hub *cliClients, ns string) error {
+	_, err := hub.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("reading namespace %s: %w", ns, err)
+	}
+	_, err = hub.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{FieldManager: cliFieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
+// memberToken returns a token of the member ServiceAccount, and the CA the
+// token Secret carries if the token came from there. In order: the token
+// Secret once the token controller filled it; the token of the current
+// registration while it works and is not due for renewal; a new TokenRequest
+// token.
+func (o *registerOptions) memberToken(ctx context.Context, member *cliClients, id *memberIdentity, fresh bool, previous string, out, errOut io.Writer) (token string, ca []byte, err error) {
+	ns, secretName := id.tokenSecret.GetNamespace(), id.tokenSecret.GetName()
+	secrets := member.kube.CoreV1().Secrets(ns)
+	s, err := secrets.Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("reading token secret %s/%s: %w", ns, secretName, err)
+	}
+	// Only a token Secret this run created is waited for: one that existed
+	// before and is still empty will not be filled, as the member has no
+	// token controller.
+	waitFor := o.TokenWait
+	if !fresh {
+		waitFor = 0
+	}
+	if len(s.Data[corev1.ServiceAccountTokenKey]) == 0 && waitFor > 0 {
+		fmt.Fprintf(errOut, "Waiting up to %s for the token controller to fill secret %s/%s...\n", waitFor, ns, secretName)
+		_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, waitFor, false, func(ctx context.Context) (bool, error) {
+			got, err := secrets.Get(ctx, secretName, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			s = got
+			return len(s.Data[corev1.ServiceAccountTokenKey]) > 0, nil
+		})
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+	}
+	if t := s.Data[corev1.ServiceAccountTokenKey]; len(t) > 0 {
+		fmt.Fprintf(out, "member %s: token from secret %s/%s (does not expire)\n", o.MemberContext, ns, secretName)
+		return string(t), s.Data[corev1.ServiceAccountRootCAKey], nil
+	}
+
+	if previous != "" && !tokenDueForRenewal(time.Now(), previous) {
+		ok, err := tokenAuthenticatesAs(ctx, member, previous, id.username())
+		switch {
+		case err != nil:
+			fmt.Fprintf(errOut, "Note: cannot check the current token with a TokenReview (%v); requesting a new one\n", err)
+		case ok:
+			msg := ""
+			if _, exp, ok := jwtLifetime(previous); ok {
+				msg = ", expires " + exp.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(out, "member %s: keeping the registered token (still valid%s)\n", o.MemberContext, msg)
+			return previous, nil, nil
+		}
+	}
+
+	tr, err := member.kube.CoreV1().ServiceAccounts(id.serviceAccount.GetNamespace()).CreateToken(ctx, id.serviceAccount.GetName(),
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(o.TokenExpiration / time.Second))}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("token secret %s/%s has no token (is the token controller of kube-controller-manager running?), and the TokenRequest API failed: %w", ns, secretName, err)
+	}
+	expires := tr.Status.ExpirationTimestamp.Time
+	fmt.Fprintf(out, "member %s: token from the TokenRequest API (secret %s/%s was not filled), expires %s; run register again before then\n",
+		o.MemberContext, ns, secretName, expires.UTC().Format(time.RFC3339))
+	if requested := time.Now().Add(o.TokenExpiration); expires.Before(requested.Add(-time.Hour)) {
+		fmt.Fprintf(errOut, "Warning: the member's apiserver shortened the token lifetime to %s (requested %s)\n", time.Until(expires).Round(time.Minute), o.TokenExpiration)
+	}
+	return tr.Status.Token, nil, nil
+}
+
+// tokenAuthenticatesAs asks the member whether token authenticates as user.
+func tokenAuthenticatesAs(ctx context.Context, member *cliClients, token, user string) (bool, error) {
+	tr, err := member.kube.AuthenticationV1().TokenReviews().Create(ctx,
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return tr.Status.Authenticated && tr.Status.User.Username == user, nil
+}

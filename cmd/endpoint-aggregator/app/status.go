@@ -1,0 +1,157 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+type statusOptions struct {
+	kube       *kubeFlags
+	HubContext string
+	Output     string
+}
+
+func (o *statusOptions) addFlags(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	o.kube.addFlags(fs)
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: "+strings.Join(statusOutputs, ", ")+".")
+}
+
+func (o *statusOptions) validate() error {
+	errs := o.kube.validate()
+	if o.HubContext == "" {
+		errs = append(errs, errors.New("--hub-context is required"))
+	}
+	if !slices.Contains(statusOutputs, o.Output) {
+		errs = append(errs, fmt.Errorf("--output %q: want one of %s", o.Output, strings.Join(statusOutputs, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+func newStatusCommand() *cobra.Command {
+	o := &statusOptions{kube: newKubeFlags(), Output: "table"}
+	cmd := &cobra.Command{
+		Use:   "status --hub-context H [-o table|json|yaml]",
+		Short: "Show the registered members and what the hub holds of each",
+		Long: `Show the registered members and what the hub holds of each.
+
+status reads everything from the hub (--hub-context), in the daemon's
+namespace (--namespace) and its output namespaces; it does not contact the
+members. One row per registration Secret, plus one per cluster that has hub
+objects or a member Lease but no Secret (the hub itself with --hub-is-member,
+or a member that is being withdrawn).
+
+  CONNECTED, SYNCED  from the latest Events the daemon recorded on the Secret
+                     (MemberConnected, MemberSyncTimeout, ...): True, False,
+                     or Unknown when there are none (Events expire after an
+                     hour by default). A Lease endpoint-aggregator-member-<name>
+                     in the namespace, when present, decides CONNECTED: renewed
+                     within its duration or not.
+  SERVICES           member Services the hub imports (ServiceImport
+                     status.clusters and per-cluster Services).
+  ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
+  LAST ERROR         the message of the latest Warning Event, if not
+                     resolved since (full text with -o json or -o yaml).
+  AGE                age of the registration Secret.`,
+		Example: `  endpoint-aggregator status --hub-context hub
+  endpoint-aggregator status --hub-context hub -n endpoint-aggregator -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
+	hub, err := o.kube.clients(o.HubContext)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	in, err := listStatusInput(ctx, hub, o.kube.Namespace, func(what string, err error) {
+		fmt.Fprintf(errOut, "Warning: listing %s: %v; the table may be incomplete\n", what, err)
+	})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	rows := buildMemberStatuses(now, in)
+	if len(rows) == 0 && o.Output == "table" {
+		fmt.Fprintf(errOut, "No members registered in namespace %s of the hub.\n", o.kube.Namespace)
+		return nil
+	}
+	return printMemberStatuses(out, o.Output, o.kube.Namespace, rows, now)
+}
+
+// listStatusInput lists what status needs from the hub. Only the Secrets are
+// essential; other failures are reported to warn and leave gaps.
+func listStatusInput(ctx context.Context, hub *cliClients, ns string, warn func(what string, err error)) (statusInput, error) {
+	in := statusInput{Namespace: ns}
+	secrets, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: "true"}.String()})
+	if err != nil {
+		return in, fmt.Errorf("hub %s: listing registration Secrets in namespace %s: %w", hub.context, ns, err)
+	}
+	in.Secrets = secrets.Items
+
+	if events, err := hub.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Secret"}); err != nil {
+		warn("Events", err)
+	} else {
+		in.Events = events.Items
+	}
+	if leases, err := hub.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		warn("Leases", err)
+	} else {
+		in.Leases = leases.Items
+	}
+
+	ours := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String()
+	if imports, err := hub.mcs.MulticlusterV1beta1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ours}); err != nil {
+		if !apierrors.IsNotFound(err) { // no mcs-api CRDs in the hub
+			warn("ServiceImports", err)
+		}
+	} else {
+		in.ServiceImports = imports.Items
+	}
+	if svcs, err := hub.kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: withKey(ours, endpoints.LabelSourceCluster)}); err != nil {
+		warn("Services", err)
+	} else {
+		in.Services = svcs.Items
+	}
+	sliceSel := withKey(labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String(), mcsv1beta1.LabelSourceCluster)
+	if sl, err := hub.kube.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sliceSel}); err != nil {
+		warn("EndpointSlices", err)
+	} else {
+		in.EndpointSlices = sl.Items
+	}
+	return in, nil
+}
+
+// withKey adds "key exists" to a label selector.
+func withKey(selector, key string) string {
+	r, err := labels.NewRequirement(key, selection.Exists, nil)
+	if err != nil {
+		return selector
+	}
+	return selector + "," + r.String()
+}

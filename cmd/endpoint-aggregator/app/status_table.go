@@ -1,0 +1,349 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// memberLeasePrefix names the liveness Lease the daemon keeps per member in
+// its namespace (DESIGN §4): endpoint-aggregator-member-<cluster>.
+const memberLeasePrefix = "endpoint-aggregator-member-"
+
+// defaultMemberLeaseDuration is assumed for a member Lease without
+// spec.leaseDurationSeconds.
+const defaultMemberLeaseDuration = 40 * time.Second
+
+// Health Events on a member's Secret, from daemons that probe members.
+const (
+	reasonMemberUnreachable = "MemberUnreachable"
+	reasonMemberReachable   = "MemberReachable"
+)
+
+// Condition values of CONNECTED and SYNCED.
+const (
+	statusTrue    = "True"
+	statusFalse   = "False"
+	statusUnknown = "Unknown"
+)
+
+// statusInput is what status lists from the hub.
+type statusInput struct {
+	Namespace string
+	// Secrets are the registration Secrets in Namespace.
+	Secrets []corev1.Secret
+	// Events are the Events in Namespace about Secrets.
+	Events []corev1.Event
+	// Leases are the Leases in Namespace.
+	Leases []coordinationv1.Lease
+	// ServiceImports, Services and EndpointSlices are the daemon's outputs.
+	ServiceImports []mcsv1beta1.ServiceImport
+	Services       []corev1.Service
+	EndpointSlices []discoveryv1.EndpointSlice
+}
+
+// memberStatus is one row of status.
+type memberStatus struct {
+	Name string `json:"name"`
+	// Secret is the registration Secret; empty for a cluster that has hub
+	// objects or a Lease but no Secret (the hub itself with --hub-is-member,
+	// or a member whose objects are being withdrawn).
+	Secret string `json:"secret,omitempty"`
+	// Connected and Synced are True, False or Unknown.
+	Connected      string `json:"connected"`
+	Synced         string `json:"synced"`
+	Services       int    `json:"services"`
+	Endpoints      int    `json:"endpoints"`
+	ReadyEndpoints int    `json:"readyEndpoints"`
+	LastError      string `json:"lastError,omitempty"`
+	// LastEvent is the latest Event about the Secret the daemon recorded.
+	LastEvent *statusEvent `json:"lastEvent,omitempty"`
+	// LeaseRenewTime is the last renewal of the member's Lease, if any.
+	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
+	// CreationTimestamp is the Secret's.
+	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
+}
+
+type statusEvent struct {
+	Type    string      `json:"type"`
+	Reason  string      `json:"reason"`
+	Message string      `json:"message"`
+	Time    metav1.Time `json:"time"`
+}
+
+// statusReport is the -o json|yaml document.
+type statusReport struct {
+	Namespace string         `json:"namespace"`
+	Members   []memberStatus `json:"members"`
+}
+
+// buildMemberStatuses derives one row per registration Secret, plus one per
+// cluster that has hub objects or a Lease but no Secret, sorted by name.
+//
+// CONNECTED and SYNCED follow the latest Events the daemon recorded on the
+// Secret: MemberConnected and MemberCredentialsRotated mean connected and
+// synced; MemberSyncTimeout, InvalidClusterName, DuplicateClusterName and
+// MemberRemoved mean neither; InvalidKubeconfig, KubeconfigRefused,
+// MemberClientFailed and RotationRejected keep a previous connection (the
+// daemon does) and are the LAST ERROR, as is every Warning;
+// MemberUnreachable and MemberReachable switch CONNECTED only. Events expire
+// (one hour by default), so a long-connected member may have none: Unknown.
+// A member Lease, when the daemon keeps one, decides CONNECTED: renewed
+// within its duration means connected.
+//
+// SERVICES counts the distinct member Services behind the daemon's
+// ServiceImports (status.clusters) and per-cluster Services; ENDPOINTS sums
+// the endpoints of its EndpointSlices per source cluster.
+func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
+	services := map[string]map[string]bool{} // cluster → namespace/name
+	addService := func(cluster, ns, name string) {
+		if cluster == "" {
+			return
+		}
+		if services[cluster] == nil {
+			services[cluster] = map[string]bool{}
+		}
+		services[cluster][ns+"/"+name] = true
+	}
+	for _, imp := range in.ServiceImports {
+		for _, c := range imp.Status.Clusters {
+			addService(c.Cluster, imp.Namespace, imp.Name)
+		}
+	}
+	for _, svc := range in.Services {
+		if name := svc.Labels[endpoints.LabelServiceName]; name != "" {
+			addService(svc.Labels[endpoints.LabelSourceCluster], svc.Namespace, name)
+		}
+	}
+	total, ready := map[string]int{}, map[string]int{}
+	for _, s := range in.EndpointSlices {
+		if s.Labels[discoveryv1.LabelManagedBy] != endpoints.SliceManagedByValue {
+			continue
+		}
+		c := s.Labels[mcsv1beta1.LabelSourceCluster]
+		if c == "" {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			total[c]++
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				ready[c]++
+			}
+		}
+	}
+	leases := map[string]*coordinationv1.Lease{}
+	for i := range in.Leases {
+		if c, ok := strings.CutPrefix(in.Leases[i].Name, memberLeasePrefix); ok && c != "" {
+			leases[c] = &in.Leases[i]
+		}
+	}
+
+	var rows []memberStatus
+	seen := map[string]bool{}
+	for i := range in.Secrets {
+		s := &in.Secrets[i]
+		name := clusters.ClusterName(s)
+		seen[name] = true
+		row := memberStatus{Name: name, Secret: s.Name, Connected: statusUnknown, Synced: statusUnknown, CreationTimestamp: s.CreationTimestamp.DeepCopy()}
+		applyEvents(&row, s, in.Events)
+		rows = append(rows, row)
+	}
+	orphans := map[string]bool{}
+	for c := range services {
+		orphans[c] = true
+	}
+	for c := range total {
+		orphans[c] = true
+	}
+	for c := range leases {
+		orphans[c] = true
+	}
+	for c := range orphans {
+		if !seen[c] {
+			rows = append(rows, memberStatus{Name: c, Connected: statusUnknown, Synced: statusUnknown})
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		r.Services = len(services[r.Name])
+		r.Endpoints, r.ReadyEndpoints = total[r.Name], ready[r.Name]
+		if l := leases[r.Name]; l != nil && l.Spec.RenewTime != nil {
+			renewed := l.Spec.RenewTime.Time
+			r.LeaseRenewTime = &metav1.Time{Time: renewed}
+			d := defaultMemberLeaseDuration
+			if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+				d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+			}
+			if now.Before(renewed.Add(d)) {
+				r.Connected = statusTrue
+				if r.Synced == statusUnknown {
+					r.Synced = statusTrue // renewed only while its watches are healthy
+				}
+			} else {
+				r.Connected = statusFalse
+			}
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Name != rows[j].Name {
+			return rows[i].Name < rows[j].Name
+		}
+		return rows[i].Secret < rows[j].Secret
+	})
+	return rows
+}
+
+// applyEvents folds the Events about s, oldest first, into row.
+func applyEvents(row *memberStatus, s *corev1.Secret, events []corev1.Event) {
+	var mine []corev1.Event
+	for _, e := range events {
+		o := e.InvolvedObject
+		if o.Kind != "Secret" || o.Namespace != s.Namespace || o.Name != s.Name {
+			continue
+		}
+		if o.UID != "" && s.UID != "" && o.UID != s.UID {
+			continue // about an earlier Secret of the same name
+		}
+		if o.UID == "" && eventTime(&e).Before(s.CreationTimestamp.Time) {
+			continue
+		}
+		mine = append(mine, e)
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return eventBefore(&mine[i], &mine[j]) })
+	errReason := "" // the Event LastError comes from
+	setError := func(e *corev1.Event) { row.LastError, errReason = e.Message, e.Reason }
+	for i := range mine {
+		e := &mine[i]
+		switch e.Reason {
+		case clusters.ReasonConnected, clusters.ReasonRotated:
+			row.Connected, row.Synced, row.LastError, errReason = statusTrue, statusTrue, "", ""
+		case clusters.ReasonSyncTimeout, clusters.ReasonInvalidName, clusters.ReasonDuplicateName:
+			row.Connected, row.Synced = statusFalse, statusFalse
+			setError(e)
+		case clusters.ReasonMemberRemoved:
+			row.Connected, row.Synced = statusFalse, statusFalse
+		case clusters.ReasonInvalidConfig, clusters.ReasonRefusedConfig, clusters.ReasonClientFailed:
+			// The daemon keeps a previous connection, if there is one.
+			if row.Connected == statusUnknown {
+				row.Connected, row.Synced = statusFalse, statusFalse
+			}
+			setError(e)
+		case clusters.ReasonRotationRejected:
+			setError(e) // the previous connection stays
+		case reasonMemberUnreachable:
+			row.Connected = statusFalse // its caches, and hub objects, are kept
+			setError(e)
+		case reasonMemberReachable:
+			row.Connected = statusTrue
+			if errReason == reasonMemberUnreachable {
+				row.LastError, errReason = "", ""
+			}
+		default:
+			if e.Type == corev1.EventTypeWarning {
+				setError(e)
+			}
+		}
+		row.LastEvent = &statusEvent{Type: e.Type, Reason: e.Reason, Message: e.Message, Time: metav1.Time{Time: eventTime(e)}}
+	}
+}
+
+// eventTime is when an Event was last observed.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+// eventBefore orders Events by time. Core Event timestamps have a one-second
+// resolution, so ties go by resourceVersion, which the apiserver (etcd)
+// assigns in write order.
+func eventBefore(a, b *corev1.Event) bool {
+	ta, tb := eventTime(a), eventTime(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	ra, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	rb, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	if errA == nil && errB == nil && ra != rb {
+		return ra < rb
+	}
+	return a.Name < b.Name
+}
+
+// statusOutputs are the -o values.
+var statusOutputs = []string{"table", "json", "yaml"}
+
+// printMemberStatuses writes rows as a table, JSON or YAML.
+func printMemberStatuses(w io.Writer, format, namespace string, rows []memberStatus, now time.Time) error {
+	if rows == nil {
+		rows = []memberStatus{}
+	}
+	switch format {
+	case "json":
+		data, err := json.MarshalIndent(statusReport{Namespace: namespace, Members: rows}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", data)
+		return err
+	case "yaml":
+		data, err := yaml.Marshal(statusReport{Namespace: namespace, Members: rows})
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	case "table", "":
+		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSECRET\tCONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tLAST ERROR\tAGE")
+		for _, r := range rows {
+			secret, age := r.Secret, "<unknown>"
+			if secret == "" {
+				secret = "<none>"
+			}
+			if r.CreationTimestamp != nil && !r.CreationTimestamp.IsZero() {
+				age = duration.HumanDuration(now.Sub(r.CreationTimestamp.Time))
+			}
+			lastErr := "<none>"
+			if r.LastError != "" {
+				lastErr = statusCell(r.LastError, 80)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, lastErr, age)
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown output format %q (want one of %s)", format, strings.Join(statusOutputs, ", "))
+}
+
+// statusCell puts s on one line of at most n runes.
+func statusCell(s string, n int) string {
+	r := []rune(strings.Join(strings.Fields(s), " "))
+	if len(r) <= n {
+		return string(r)
+	}
+	return string(r[:n-3]) + "..."
+}

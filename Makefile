@@ -30,6 +30,16 @@ K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/
 
 TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubectl etcd)
 
+# CoreDNS for the end-to-end DNS tests, built from hack/coredns (pinned in
+# hack/coredns/go.mod; keep in step, internal/testenv checks that).
+COREDNS_VERSION := v1.15.0
+COREDNS := $(abspath $(CACHE_DIR))/bin/coredns-$(COREDNS_VERSION)/coredns
+
+# Helm, for the chart's tests and `make lint-chart` (see "Helm chart and
+# container image" below). Defined here: `tools` depends on it.
+HELM_VERSION := v3.22.0
+HELM := $(abspath $(CACHE_DIR))/bin/helm-$(HELM_VERSION)/helm
+
 .DEFAULT_GOAL := help
 
 ##@ General
@@ -66,16 +76,21 @@ clean: ## Remove the repository's build outputs (not the binary cache)
 
 .PHONY: test
 test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
+test: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; builds them first if missing
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 
 .PHONY: test-unit
+test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-unit: ## Run unit tests (tests that need the Kubernetes binaries skip when there are none)
-	$(GO) test $(UNIT_TEST_FLAGS) -timeout 10m ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/...
+	$(GO) test $(UNIT_TEST_FLAGS) -timeout 10m ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
 
 .PHONY: test-e2e
 test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test-e2e: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
+test-e2e: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
 	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
@@ -85,7 +100,10 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 ##@ Kubernetes binaries
 
 .PHONY: tools
-tools: $(TOOLS) ## Build kube-apiserver, kube-controller-manager, kubectl and etcd into the cache (only missing ones; ~10-15 min cold)
+tools: $(TOOLS) $(COREDNS) $(HELM) ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, CoreDNS and Helm into the cache (only missing ones; ~10-15 min cold)
+
+.PHONY: coredns
+coredns: $(COREDNS) ## Build CoreDNS (kubernetes plugin, for the e2e DNS tests) into the cache if missing
 
 .PHONY: print-assets-dir
 print-assets-dir: ## Print the directory the Kubernetes binaries are built into
@@ -113,3 +131,65 @@ $(ASSETS_DIR)/kubectl:
 
 $(ASSETS_DIR)/etcd:
 	$(call build-tool,go.etcd.io/etcd/server/v3,)
+
+# CoreDNS with only the plugins the DNS tests use (hack/coredns/main.go).
+$(COREDNS):
+	@mkdir -p $(@D)
+	@echo "go build -C hack/coredns -o $@ ."
+	@$(GO) build -C hack/coredns -o $@.tmp .
+	@mv -f $@.tmp $@
+
+##@ Helm chart and container image
+
+CHART_DIR := charts/endpoint-aggregator
+# The image `make image` builds (the chart's image.repository default; its
+# image.tag defaults to the chart's appVersion). IMAGE_TAG is also what
+# `endpoint-aggregator version` prints in the image.
+IMAGE_REPO ?= ghcr.io/endpoint-aggregator/endpoint-aggregator
+IMAGE_TAG ?= dev
+IMAGE ?= $(IMAGE_REPO):$(IMAGE_TAG)
+DOCKER ?= docker
+
+# What `helm version` reports and the Kubernetes version Helm assumes when it
+# renders offline (.Capabilities.KubeVersion, lint deprecations), as Helm's
+# own Makefile sets them.
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+	$(foreach pkg,helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil,\
+	-X $(pkg).k8sVersionMajor=$(K8S_MAJOR) -X $(pkg).k8sVersionMinor=$(K8S_MINOR))
+
+.PHONY: helm
+helm: $(HELM) ## Build Helm (pinned HELM_VERSION) into the cache if missing (Go module proxy only; a few minutes cold)
+
+# go install into a temporary GOBIN, then rename: an interrupted build never
+# leaves a half-written binary behind.
+$(HELM):
+	@mkdir -p $(@D)
+	@echo "go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) -> $@"
+	@tmp="$$(mktemp -d '$(@D)/.build.XXXXXX')"; trap 'rm -rf "$$tmp"' EXIT; \
+	GOBIN="$$tmp" $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	mv -f "$$tmp/helm" $@
+
+.PHONY: chart-sync
+chart-sync: ## Copy the CRDs and hub/member RBAC rules from config/ into the chart (charts/charts_test.go checks they agree)
+	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files/rbac
+	rm -f $(CHART_DIR)/crds/*.yaml
+	cp config/crd/multicluster.x-k8s.io_*.yaml $(CHART_DIR)/crds/
+	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
+
+.PHONY: lint-chart
+lint-chart: $(HELM) ## helm lint --strict the chart (values checked against values.schema.json), with default and all-on values
+	$(HELM) lint --strict $(CHART_DIR)
+	$(HELM) lint --strict $(CHART_DIR) --set serviceMonitor.enabled=true --set createNamespaces=true \
+		--set hubIsMember=true --set replicas=1 --set-json 'includeNamespaces=["shop"]'
+
+.PHONY: test-chart
+test-chart: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test-chart: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test-chart: tools ## Run the chart tests: config/ and chart agree, and the daemon works with exactly the chart's RBAC
+	$(GO) test -count=1 ./charts/...
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run 'TestChart' ./test/e2e/
+
+.PHONY: image
+image: ## Build the container image IMAGE_REPO:IMAGE_TAG with docker build (needs a Docker engine with BuildKit)
+	$(DOCKER) build --build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE) .

@@ -59,6 +59,7 @@ type Cluster struct {
 	synced   atomic.Bool
 	started  time.Time
 
+	probeNow       chan struct{} // asks for a probe now (after syncing)
 	policy         policyOverride
 	healthy        atomic.Bool
 	lastHealthy    atomic.Int64 // unix nanoseconds
@@ -67,11 +68,12 @@ type Cluster struct {
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
 	c := &Cluster{
-		name:    name,
-		hash:    hash,
-		secret:  secret,
-		clients: clients,
-		stop:    make(chan struct{}),
+		name:     name,
+		hash:     hash,
+		secret:   secret,
+		clients:  clients,
+		stop:     make(chan struct{}),
+		probeNow: make(chan struct{}, 1),
 	}
 	// No resync: the controller is level-triggered from events alone.
 	kf := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(stripMemberObject))
@@ -162,6 +164,10 @@ func (c *Cluster) start(timeout time.Duration, onSynced func()) bool {
 		defer close(done)
 		if cache.WaitForCacheSync(c.stop, syncs...) {
 			c.synced.Store(true)
+			select {
+			case c.probeNow <- struct{}{}:
+			default:
+			}
 			onSynced()
 		}
 	}()

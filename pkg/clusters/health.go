@@ -18,27 +18,35 @@ const (
 // probeLoop checks the member's API server every interval with a bounded
 // request, so a member that hangs (a partition, a frozen process) is noticed
 // even when it has no events to send, and a quiet member does not look dead.
-// onChange is called when health flips.
+// Probing starts once the member has synced; onChange is called when health
+// flips, and when the first probe after syncing fails.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	known := false
 	for {
-		healthy := c.synced.Load() && c.probe(timeout) == nil
-		now := time.Now()
-		if healthy {
-			c.lastHealthy.Store(now.UnixNano())
-		}
-		if healthy != c.healthy.Load() {
-			c.healthy.Store(healthy)
-			if !healthy {
-				c.unhealthySince.Store(now.UnixNano())
+		if c.synced.Load() {
+			healthy := c.probe(timeout) == nil
+			now := time.Now()
+			if healthy {
+				c.lastHealthy.Store(now.UnixNano())
 			}
-			onChange(healthy)
+			if !known || healthy != c.healthy.Load() {
+				c.healthy.Store(healthy)
+				if !healthy {
+					c.unhealthySince.Store(now.UnixNano())
+				}
+				if known || !healthy {
+					onChange(healthy)
+				}
+				known = true
+			}
 		}
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
+		case <-c.probeNow:
 		}
 	}
 }
@@ -62,16 +70,13 @@ func (c *Cluster) probe(timeout time.Duration) error {
 // Healthy reports whether the last probe of a synced member succeeded.
 func (c *Cluster) Healthy() bool { return c.healthy.Load() }
 
-// UnreachableSince returns when the member stopped answering, and whether it
-// is unreachable now. A member that never synced counts from its start.
+// UnreachableSince returns when the member stopped answering its probe, and
+// whether it is unreachable now. Before the first probe it is not.
 func (c *Cluster) UnreachableSince() (time.Time, bool) {
-	if c.healthy.Load() {
-		return time.Time{}, false
-	}
-	if ns := c.unhealthySince.Load(); ns != 0 {
+	if ns := c.unhealthySince.Load(); ns != 0 && !c.healthy.Load() {
 		return time.Unix(0, ns), true
 	}
-	return c.started, true
+	return time.Time{}, false
 }
 
 // UnreachablePolicy returns the member's unreachable policy, the Secret's

@@ -479,9 +479,10 @@ func (r *Registry) onHealthChanged(c *Cluster, ref *corev1.ObjectReference, heal
 	if !active {
 		return
 	}
-	if healthy {
+	switch {
+	case healthy:
 		r.eventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
-	} else if c.HasSynced() {
+	default:
 		r.eventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q does not answer its health probe; its last-known endpoints are kept unless an unreachable policy applies", c.name)
 	}
 	klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)

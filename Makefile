@@ -97,6 +97,28 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 	echo "$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
+# The fault-injection tests are part of test-e2e too; this runs only them.
+.PHONY: test-faults
+test-faults: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test-faults: $(TOOLS) ## Run only the fault-injection e2e tests (TestFault*: API servers restarted, watch expiry, rotation, SIGKILL)
+	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) -run '^TestFault' ./test/e2e/
+
+##@ Benchmarks
+
+# Flags for hack/bench (`go run ./hack/bench -help`), e.g.
+# `make bench BENCH_FLAGS='-members 50 -churn 20'`. The defaults are the
+# issue's scale: 250 members x 10 services x 100 endpoints (~5 min).
+BENCH_FLAGS ?=
+# Where the JSON results go, and the Markdown file whose Results section the
+# run rewrites; set either empty to skip it.
+BENCH_JSON ?= bin/bench.json
+BENCH_DOC ?= docs/performance.md
+
+.PHONY: bench
+bench: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+bench: tools build ## Run the scale benchmark (not a test): the daemon vs a bare-client floor on real API servers; see docs/performance.md
+	$(GO) run ./hack/bench -binary $(CURDIR)/$(BINARY) $(if $(BENCH_JSON),-json $(BENCH_JSON)) $(if $(BENCH_DOC),-doc $(BENCH_DOC)) $(BENCH_FLAGS)
+
 ##@ Kubernetes binaries
 
 .PHONY: tools

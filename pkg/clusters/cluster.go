@@ -57,6 +57,7 @@ type Cluster struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	synced   atomic.Bool
+	timedOut atomic.Bool
 	started  time.Time
 
 	probeNow       chan struct{} // asks for a probe now (after syncing)
@@ -115,6 +116,10 @@ func (c *Cluster) Clients() Clients { return c.clients }
 // It stays true if the member later becomes unreachable: its caches then hold
 // the last-known state.
 func (c *Cluster) HasSynced() bool { return c.synced.Load() }
+
+// SyncTimedOut reports whether the member missed its sync timeout and has
+// not synced since.
+func (c *Cluster) SyncTimedOut() bool { return c.timedOut.Load() && !c.synced.Load() }
 
 // ServiceLister lists the member's Services.
 func (c *Cluster) ServiceLister() corelisters.ServiceLister { return c.serviceList }

@@ -416,6 +416,7 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	if synced {
 		return
 	}
+	c.timedOut.Store(true)
 	r.mu.Lock()
 	m := r.members[c.name]
 	current := m != nil && (m.active == c || m.pending == c)

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,8 +19,10 @@ import (
 const ReasonExportConflict = "ExportConflict"
 
 // syncClusterSet writes the objects merged across members for one service:
-// the ServiceImport and its derived Service. They go when the last export
-// goes, but not while a registered member has yet to sync: it may export it.
+// the ServiceImport and its derived Service. Nothing is written while a
+// registered member is still within its first sync: merging without it would
+// drop its ports and cluster entry for a moment on every restart. A member
+// past its sync timeout no longer holds the merge back.
 func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if !c.members.SecretsSynced() {
 		return nil
@@ -33,6 +36,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 			continue
 		}
 		if !m.HasSynced() {
+			if !m.SyncTimedOut() {
+				return nil // ClusterSynced queues the key again
+			}
 			pending = true
 			continue
 		}
@@ -141,6 +147,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		upd.Status.Conditions = conds
 		_, err := c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
 		c.countWrite(resourceServiceImport, verbUpdateStatus, err)
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("updating ServiceImport %s status: %w", key, errStaleCache)
+		}
 		if err != nil {
 			return err
 		}

@@ -33,6 +33,9 @@ import (
 type Member interface {
 	// HasSynced reports whether the member's caches hold a full view.
 	HasSynced() bool
+	// SyncTimedOut reports whether the member failed to sync within its
+	// sync timeout (it keeps trying).
+	SyncTimedOut() bool
 	ServiceLister() corelisters.ServiceLister
 	// EndpointSlices returns the member's slices of one service; read-only.
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
@@ -127,6 +130,7 @@ type Controller struct {
 	// workqueue does not count them in Len.
 	retryingMu stdsync.Mutex
 	retrying   map[Key]struct{}
+	inFlight   int
 
 	// endpointCounts is what each member service contributes, for the
 	// per-cluster gauges.
@@ -297,6 +301,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	c.retryingMu.Lock()
+	c.inFlight++
+	c.retryingMu.Unlock()
+	defer func() {
+		c.retryingMu.Lock()
+		c.inFlight--
+		c.retryingMu.Unlock()
+	}()
 
 	start := time.Now()
 	err := c.sync(ctx, key)
@@ -312,7 +324,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		// delayed add is a safety net should that event never come.
 		c.metrics.Syncs.WithLabelValues(resultStale).Inc()
 		c.queue.Forget(key)
-		c.setRetrying(key, false)
+		c.setRetrying(key, true) // until a sync of it succeeds
 		c.queue.AddAfter(key, staleRetry)
 	case errors.As(err, &conflict):
 		// Someone else's object holds our name: nothing we can do but look
@@ -348,12 +360,13 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	return c.syncMemberService(ctx, key)
 }
 
-// Pending is the number of keys queued or waiting to retry after an error.
-// Keys parked after a name conflict are not counted: they wait for a person.
+// Pending is the number of keys queued, being synced, or waiting to retry
+// after an error. Keys parked after a name conflict are not counted: they
+// wait for a person.
 func (c *Controller) Pending() int {
 	c.retryingMu.Lock()
 	defer c.retryingMu.Unlock()
-	return c.queue.Len() + len(c.retrying)
+	return c.queue.Len() + len(c.retrying) + c.inFlight
 }
 
 // clusterIndex is the byCluster index function.

@@ -45,7 +45,8 @@ func newFakeMember() *fakeMember {
 	}
 }
 
-func (m *fakeMember) HasSynced() bool { return m.synced }
+func (m *fakeMember) HasSynced() bool    { return m.synced }
+func (m *fakeMember) SyncTimedOut() bool { return !m.synced }
 func (m *fakeMember) UnreachableSince() (time.Time, bool) {
 	return m.downSince, !m.downSince.IsZero()
 }

@@ -99,9 +99,24 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 }
 
 // ClusterRemoved queues every hub object sourced from a removed member, which
-// withdraws them.
+// withdraws them, and the merged objects it contributed to.
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
+	for _, k := range c.importKeys() {
+		c.queue.Add(k)
+	}
+}
+
+// importKeys returns the clusterset key of every cached ServiceImport.
+func (c *Controller) importKeys() []Key {
+	objs := c.importInf.GetStore().List()
+	out := make([]Key, 0, len(objs))
+	for _, o := range objs {
+		if m, err := metaOf(o); err == nil {
+			out = append(out, Key{Namespace: m.GetNamespace(), Name: m.GetName()})
+		}
+	}
+	return out
 }
 
 func (c *Controller) enqueueClusterObjects(cluster string) {
@@ -135,10 +150,9 @@ func (c *Controller) enqueueHub(obj interface{}) {
 		return
 	}
 	if k, ok := hubKey(m); ok {
+		// Per-cluster objects never feed the merged ones: their own key
+		// is enough.
 		c.queue.Add(k)
-		if !k.IsClusterSet() {
-			c.queue.Add(k.ClusterSet())
-		}
 		return
 	}
 	if isServiceImport(obj) {

@@ -51,9 +51,10 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 		}
 	}
 
+	// MCS slices first: they are what the data plane and DNS read.
 	var errs *multierror.Error
-	errs = multierror.Append(errs, c.syncPerCluster(ctx, key, src))
 	errs = multierror.Append(errs, c.syncSlices(ctx, key, src))
+	errs = multierror.Append(errs, c.syncPerCluster(ctx, key, src))
 	if err := errs.ErrorOrNil(); err != nil {
 		return err
 	}

@@ -149,11 +149,15 @@ func (c *Controller) recordEndpoints(key Key, n int) {
 	c.endpointCounts[key] = n
 }
 
-var workqueueOnce stdsync.Once
+var (
+	workqueueOnce    stdsync.Once
+	workqueueMetrics *workqueueProvider
+)
 
 // RegisterWorkqueueMetrics makes client-go's workqueues report depth, adds,
 // latency, work duration, unfinished work and retries to reg, labelled by
-// queue name. client-go keeps one provider per process: the first call wins.
+// queue name. client-go keeps one provider per process, so every registry
+// given here shares the same series.
 func RegisterWorkqueueMetrics(reg prometheus.Registerer) {
 	workqueueOnce.Do(func() {
 		p := &workqueueProvider{
@@ -172,9 +176,11 @@ func RegisterWorkqueueMetrics(reg prometheus.Registerer) {
 			retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "workqueue", Name: "retries_total",
 				Help: "Retries handled by the workqueue."}, []string{"name"}),
 		}
-		reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
 		workqueue.SetProvider(p)
+		workqueueMetrics = p
 	})
+	p := workqueueMetrics
+	reg.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
 }
 
 type workqueueProvider struct {

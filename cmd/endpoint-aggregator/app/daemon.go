@@ -204,6 +204,9 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	if d.opts.Profiling {
+		registerPprof(mux)
+	}
 	ln, err := net.Listen("tcp", d.opts.MetricsBindAddress)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on --metrics-bind-address: %w", err)

@@ -51,6 +51,7 @@ type Options struct {
 	RetryPeriod      time.Duration
 
 	MetricsBindAddress string
+	Profiling          bool
 	ShutdownTimeout    time.Duration
 }
 
@@ -122,6 +123,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew the lease.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowProxy, "allow-kubeconfig-proxy", false, "Allow proxy-url in member kubeconfigs.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --metrics-bind-address (they expose internals: use a private address).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
 }
 

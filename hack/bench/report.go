@@ -1,0 +1,425 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// results is everything one run measured; it is also the JSON output.
+type results struct {
+	Command   string        `json:"command"`
+	StartedAt time.Time     `json:"startedAt"`
+	Seconds   float64       `json:"seconds"`
+	Machine   machine       `json:"machine"`
+	Params    params        `json:"params"`
+	Floor     floorResults  `json:"floor"`
+	Daemon    daemonResults `json:"daemon"`
+	Rows      []row         `json:"table"`
+	Notes     []string      `json:"notes"`
+}
+
+type params struct {
+	Members             int     `json:"members"`
+	ServicesPerMember   int     `json:"servicesPerMember"`
+	EndpointsPerService int     `json:"endpointsPerService"`
+	AggregatedEndpoints int     `json:"aggregatedEndpoints"`
+	Churn               float64 `json:"churnPerSecond"`
+	ChurnSeconds        float64 `json:"churnSeconds"`
+	Changes             int     `json:"changes"`
+	Workers             int     `json:"workers"`
+	QPS                 float64 `json:"qps"`
+	Burst               int     `json:"burst"`
+	PerClusterServices  string  `json:"perClusterServices"`
+	// WritesPerChange is what one member endpoint change must write: the
+	// hub slice holding it, and the per-cluster Endpoints unless off.
+	WritesPerChange int `json:"writesPerChange"`
+}
+
+type machine struct {
+	CPUs          int    `json:"cpus"`
+	CPUModel      string `json:"cpuModel"`
+	MemoryGiB     int    `json:"memoryGiB"`
+	OS            string `json:"os"`
+	GoVersion     string `json:"goVersion"`
+	Kubernetes    string `json:"kubernetes"`
+	Etcd          string `json:"etcd"`
+	LoadAvgBefore string `json:"loadAvgBefore"`
+	LoadAvgAfter  string `json:"loadAvgAfter"`
+}
+
+// latencyStats summarize change → hub-visible latencies, in milliseconds.
+type latencyStats struct {
+	N          int     `json:"n"`
+	P50        float64 `json:"p50ms"`
+	P90        float64 `json:"p90ms"`
+	P99        float64 `json:"p99ms"`
+	Max        float64 `json:"maxms"`
+	Lost       int     `json:"lost"`
+	Superseded int     `json:"superseded,omitempty"`
+	Rate       float64 `json:"achievedPerSecond,omitempty"`
+	Skipped    int     `json:"skipped,omitempty"`
+	Failed     int     `json:"failed,omitempty"`
+}
+
+type floorResults struct {
+	ColdSeconds          float64      `json:"coldSeconds"`
+	ColdWrites           int64        `json:"coldWrites"`
+	Idle                 latencyStats `json:"idle"`
+	IdleWritesPerChange  float64      `json:"idleWritesPerChange"`
+	Churn                latencyStats `json:"churn"`
+	ChurnWritesPerChange float64      `json:"churnWritesPerChange"`
+	ControllerErrors     int64        `json:"controllerErrors"`
+}
+
+type daemonResults struct {
+	Args                         []string     `json:"args"`
+	ColdSeconds                  float64      `json:"coldSeconds"`
+	ReadySeconds                 float64      `json:"readySeconds"`
+	ColdWrites                   int64        `json:"coldWrites"`
+	ColdFailedWrites             int64        `json:"coldFailedWrites"`
+	ColdWritesDetail             string       `json:"coldWritesDetail"`
+	ColdCPUSeconds               float64      `json:"coldCPUSeconds"`
+	ColdSyncs                    float64      `json:"coldSyncs"`
+	ColdSyncsDetail              string       `json:"coldSyncsDetail"`
+	Idle                         latencyStats `json:"idle"`
+	IdleChanges                  int          `json:"idleChanges"`
+	IdleWrites                   int64        `json:"idleWrites"`
+	IdleWritesDetail             string       `json:"idleWritesDetail"`
+	IdleRVChanges                int64        `json:"idleResourceVersionChanges"`
+	IdleObjectsChanged           int          `json:"idleObjectsChanged"`
+	IdleSyncs                    float64      `json:"idleSyncs"`
+	IdleSyncsDetail              string       `json:"idleSyncsDetail"`
+	IdlePropagationP50           float64      `json:"idleDaemonHistogramP50ms"`
+	IdlePropagationP99           float64      `json:"idleDaemonHistogramP99ms"`
+	Churn                        latencyStats `json:"churn"`
+	ChurnWrites                  int64        `json:"churnWrites"`
+	ChurnWritesDetail            string       `json:"churnWritesDetail"`
+	ChurnRVChanges               int64        `json:"churnResourceVersionChanges"`
+	ChurnSyncs                   float64      `json:"churnSyncs"`
+	ChurnSyncsDetail             string       `json:"churnSyncsDetail"`
+	ChurnQueueDepthMedian        float64      `json:"churnQueueDepthMedian"`
+	ChurnQueueDepthMax           float64      `json:"churnQueueDepthMax"`
+	ChurnQueueWaitP50            float64      `json:"churnQueueWaitP50ms"`
+	ChurnQueueWaitP99            float64      `json:"churnQueueWaitP99ms"`
+	ChurnSyncP50                 float64      `json:"churnSyncDurationP50ms"`
+	ChurnSyncP99                 float64      `json:"churnSyncDurationP99ms"`
+	ChurnPropagationP50          float64      `json:"churnDaemonHistogramP50ms"`
+	ChurnPropagationP99          float64      `json:"churnDaemonHistogramP99ms"`
+	ChurnCPUSeconds              float64      `json:"churnCPUSeconds"`
+	Memory                       memoryStats  `json:"memory"`
+	RestartSettledSeconds        float64      `json:"restartSettledSeconds"`
+	RestartWrites                int64        `json:"restartWrites"`
+	RestartWritesDetail          string       `json:"restartWritesDetail"`
+	RestartLeaseWrites           int64        `json:"restartLeaseWrites"`
+	RestartRVChanges             int64        `json:"restartResourceVersionChanges"`
+	RestartObjectsChanged        int          `json:"restartObjectsChanged"`
+	BacklogKeys                  int          `json:"backlogMemberServices"`
+	BacklogRemainingAtLiveChange int          `json:"backlogRemainingAtLiveChange"`
+	BacklogDrainSeconds          float64      `json:"backlogDrainSeconds"`
+	BacklogMissing               int          `json:"backlogMissing"`
+	BacklogWrites                int64        `json:"backlogWrites"`
+	LiveChangeMillis             float64      `json:"liveChangeMs"`
+	MemberProxyRequests          int64        `json:"memberProxyRequests"`
+}
+
+// row is one line of the table.
+type row struct {
+	Metric string `json:"metric"`
+	Daemon string `json:"daemon"`
+	Floor  string `json:"floor"`
+	Ratio  string `json:"ratio"`
+	Target string `json:"target"`
+	Result string `json:"result"`
+}
+
+func newResults(c *config) *results {
+	wpc := 1
+	if c.mode() != endpoints.PerClusterOff {
+		wpc = 2
+	}
+	return &results{
+		Command:   c.command(),
+		StartedAt: time.Now().UTC().Truncate(time.Second),
+		Machine:   describeMachine(),
+		Params: params{
+			Members: c.members, ServicesPerMember: c.services, EndpointsPerService: c.endpoints,
+			AggregatedEndpoints: c.members * c.services * c.endpoints,
+			Churn:               c.churn, ChurnSeconds: c.churnDuration.Seconds(), Changes: c.changes,
+			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster,
+			WritesPerChange: wpc,
+		},
+	}
+}
+
+func summarize(lat []time.Duration, lost, superseded int) latencyStats {
+	s := latencyStats{N: len(lat), Lost: lost, Superseded: superseded}
+	if len(lat) == 0 {
+		return s
+	}
+	ms := make([]float64, len(lat))
+	for i, d := range lat {
+		ms[i] = float64(d.Microseconds()) / 1000
+	}
+	sort.Float64s(ms)
+	q := func(p float64) float64 {
+		// Nearest rank.
+		i := int(p*float64(len(ms))+0.999999) - 1
+		return ms[min(max(i, 0), len(ms)-1)]
+	}
+	s.P50, s.P90, s.P99, s.Max = q(0.50), q(0.90), q(0.99), ms[len(ms)-1]
+	return s
+}
+
+func summarizePending(r churnResult, missing int) latencyStats {
+	var lat []time.Duration
+	superseded := 0
+	for _, p := range r.pendings {
+		if d, ok := p.latency(); ok {
+			lat = append(lat, d)
+		} else if p.superseded {
+			superseded++
+		}
+	}
+	s := summarize(lat, missing, superseded)
+	s.Rate, s.Skipped, s.Failed = r.rate(), r.skipped, r.failed
+	return s
+}
+
+// finish builds the table and the notes.
+func (r *results) finish(proxyRequests int64) {
+	r.Seconds = time.Since(start).Seconds()
+	r.Machine.LoadAvgAfter = loadAvg()
+	r.Daemon.MemberProxyRequests = proxyRequests
+	p, d, f := r.Params, r.Daemon, r.Floor
+	ratio := func(a, b float64) (string, float64) {
+		if b <= 0 || a < 0 {
+			return "—", -1
+		}
+		return fmt.Sprintf("%.2f×", a/b), a / b
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	ms := func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
+
+	rs, rv := ratio(d.ColdSeconds, f.ColdSeconds)
+	r.Rows = append(r.Rows, row{"cold convergence", fmt.Sprintf("%.1f s", d.ColdSeconds), fmt.Sprintf("%.1f s", f.ColdSeconds), rs, "≤ 1.25× floor", verdict(rv >= 0 && rv <= 1.25)})
+	rs, _ = ratio(float64(d.ColdWrites), float64(f.ColdWrites))
+	r.Rows = append(r.Rows, row{"hub writes, cold start", fmt.Sprint(d.ColdWrites), fmt.Sprint(f.ColdWrites), rs, "—", ""})
+
+	rs, _ = ratio(d.Idle.P50, f.Idle.P50)
+	r.Rows = append(r.Rows, row{"propagation p50, idle", ms(d.Idle.P50), ms(f.Idle.P50), rs, "—", ""})
+	rs, rv = ratio(d.Idle.P99, f.Idle.P99)
+	r.Rows = append(r.Rows, row{"propagation p99, idle", ms(d.Idle.P99), ms(f.Idle.P99), rs, "≤ 2× floor", verdict(rv >= 0 && rv <= 2 && d.Idle.Lost == 0)})
+	if p.Churn > 0 && p.ChurnSeconds > 0 {
+		at := fmt.Sprintf(" @ %.0f/s", d.Churn.Rate)
+		rs, _ = ratio(d.Churn.P50, f.Churn.P50)
+		r.Rows = append(r.Rows, row{"propagation p50" + at, ms(d.Churn.P50), ms(f.Churn.P50), rs, "—", ""})
+		rs, rv = ratio(d.Churn.P99, f.Churn.P99)
+		r.Rows = append(r.Rows, row{"propagation p99" + at, ms(d.Churn.P99), ms(f.Churn.P99), rs, "≤ 2× floor", verdict(rv >= 0 && rv <= 2 && d.Churn.Lost == 0)})
+	}
+
+	want := float64(p.WritesPerChange)
+	idleW := float64(d.IdleWrites) / float64(max(1, d.IdleChanges))
+	exact := d.IdleWrites == int64(p.WritesPerChange*d.IdleChanges) &&
+		d.IdleRVChanges == d.IdleWrites && int64(d.IdleObjectsChanged) == d.IdleWrites
+	r.Rows = append(r.Rows, row{"hub writes per change, idle",
+		fmt.Sprintf("%.2f (%d RV changes, %d objects / %d changes)", idleW, d.IdleRVChanges, d.IdleObjectsChanged, d.IdleChanges),
+		fmt.Sprintf("%.2f", f.IdleWritesPerChange), fmt.Sprintf("%.2f×", idleW/want),
+		fmt.Sprintf("= %d (changed outputs)", p.WritesPerChange), verdict(exact)})
+	if p.Churn > 0 && p.ChurnSeconds > 0 {
+		issued := float64(max(1, d.Churn.N+d.Churn.Lost+d.Churn.Superseded))
+		cw := float64(d.ChurnWrites) / issued
+		r.Rows = append(r.Rows, row{"hub writes per change" + fmt.Sprintf(" @ %.0f/s", d.Churn.Rate),
+			fmt.Sprintf("%.2f (%.2f RV changes)", cw, float64(d.ChurnRVChanges)/issued),
+			fmt.Sprintf("%.2f", f.ChurnWritesPerChange), fmt.Sprintf("%.2f×", cw/want),
+			fmt.Sprintf("≤ %d", p.WritesPerChange), verdict(cw <= want)})
+	}
+	r.Rows = append(r.Rows, row{"hub writes on restart (converged hub)",
+		fmt.Sprintf("%d (%d objects changed)", d.RestartWrites, d.RestartObjectsChanged), "0", "—", "0",
+		verdict(d.RestartWrites == 0 && d.RestartObjectsChanged == 0)})
+
+	n := float64(p.AggregatedEndpoints)
+	r.Rows = append(r.Rows, row{"daemon RSS per aggregated endpoint",
+		fmt.Sprintf("%.0f B (%.0f MiB)", d.Memory.RSSBytes/n, d.Memory.RSSBytes/(1<<20)), "—", "—", "≤ 1 KiB",
+		verdict(d.Memory.RSSBytes/n <= 1024)})
+	r.Rows = append(r.Rows, row{"daemon heap in use per aggregated endpoint",
+		fmt.Sprintf("%.0f B (%.0f MiB)", d.Memory.HeapInuseBytes/n, d.Memory.HeapInuseBytes/(1<<20)), "—", "—", "≤ 1 KiB",
+		verdict(d.Memory.HeapInuseBytes/n <= 1024)})
+	r.Rows = append(r.Rows, row{"live change during restart backlog",
+		ms(d.LiveChangeMillis), fmt.Sprintf("backlog %d/%d left", d.BacklogRemainingAtLiveChange, d.BacklogKeys), "—", "≤ 1 s",
+		verdict(d.LiveChangeMillis >= 0 && d.LiveChangeMillis <= 1000)})
+
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("Scale: %d simulated members × %d services × %d endpoints = %d aggregated endpoints; per-cluster Services %s; daemon and floor: %d workers, QPS %g, burst %d.",
+			p.Members, p.ServicesPerMember, p.EndpointsPerService, p.AggregatedEndpoints, p.PerClusterServices, p.Workers, p.QPS, p.Burst),
+		fmt.Sprintf("Daemon cold start: ready (every member synced) after %.1f s, converged after %.1f s, %.1f CPU-seconds; writes %s; %.0f syncs (%s) for %d member services and %d clusterset services.",
+			d.ReadySeconds, d.ColdSeconds, d.ColdCPUSeconds, d.ColdWritesDetail, d.ColdSyncs, d.ColdSyncsDetail,
+			p.Members*p.ServicesPerMember, p.ServicesPerMember),
+		fmt.Sprintf("Idle changes: daemon writes %s; %.1f syncs per change (%s); its own propagation histogram says p50 %.0f ms, p99 %.0f ms (bucketed).",
+			d.IdleWritesDetail, d.IdleSyncs/float64(max(1, d.IdleChanges)), d.IdleSyncsDetail, d.IdlePropagationP50, d.IdlePropagationP99),
+	)
+	if p.Churn > 0 && p.ChurnSeconds > 0 {
+		r.Notes = append(r.Notes,
+			fmt.Sprintf("Churn: asked %.0f/s for %.0f s; floor achieved %.0f/s (%d measured, %d superseded, %d lost), daemon %.0f/s (%d measured, %d superseded, %d lost); daemon CPU %.1f s; writes %s; %.1f syncs per change (%s), sync duration p50 %.0f ms, p99 %.0f ms; workqueue depth median %.0f, max %.0f; queue wait p50 %.0f ms, p99 %.0f ms (coarse buckets); its propagation histogram p50 %.0f ms, p99 %.0f ms.",
+				p.Churn, p.ChurnSeconds, f.Churn.Rate, f.Churn.N, f.Churn.Superseded, f.Churn.Lost,
+				d.Churn.Rate, d.Churn.N, d.Churn.Superseded, d.Churn.Lost, d.ChurnCPUSeconds, d.ChurnWritesDetail,
+				d.ChurnSyncs/float64(max(1, d.Churn.N+d.Churn.Lost+d.Churn.Superseded)), d.ChurnSyncsDetail, d.ChurnSyncP50, d.ChurnSyncP99,
+				d.ChurnQueueDepthMedian, d.ChurnQueueDepthMax, d.ChurnQueueWaitP50, d.ChurnQueueWaitP99,
+				d.ChurnPropagationP50, d.ChurnPropagationP99))
+	}
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("Restart against the converged hub: settled after %.1f s; writes %q; %d member Lease writes (liveness, not counted).",
+			d.RestartSettledSeconds, d.RestartWritesDetail, d.RestartLeaseWrites),
+		fmt.Sprintf("Restart backlog: %d member services changed while the daemon was down; the live change was made with %d of them not yet in the hub; all were in after %.1f s (%d missing), %d hub writes.",
+			d.BacklogKeys, d.BacklogRemainingAtLiveChange, d.BacklogDrainSeconds, d.BacklogMissing, d.BacklogWrites),
+		fmt.Sprintf("Load average before/after the run: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
+	)
+	if f.ControllerErrors > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("The floor's change writer failed %d times (see the log): its figures are suspect.", f.ControllerErrors))
+	}
+}
+
+// output prints the table and writes the JSON and the Markdown report.
+func (r *results) output(c *config) error {
+	fmt.Println()
+	r.writeTable(os.Stdout)
+	fmt.Println()
+	for _, n := range r.Notes {
+		fmt.Println("- " + n)
+	}
+	if c.jsonOut != "" {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.jsonOut, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("\nJSON written to %s\n", c.jsonOut)
+	}
+	if c.doc != "" {
+		if err := r.updateDoc(c.doc); err != nil {
+			return err
+		}
+		fmt.Printf("Report written into %s\n", c.doc)
+	}
+	return nil
+}
+
+func (r *results) writeTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "METRIC\tDAEMON\tFLOOR\tRATIO\tTARGET\tRESULT")
+	for _, x := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.Metric, x.Daemon, x.Floor, x.Ratio, x.Target, x.Result)
+	}
+	_ = tw.Flush()
+}
+
+// markdown renders the run for docs/performance.md.
+func (r *results) markdown() string {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Run of %s, %.0f s, with `%s`.\n\n", r.StartedAt.Format("2006-01-02"), r.Seconds, r.Command)
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d GiB memory, %s, %s; Kubernetes %s, etcd %s. Load average before/after: %s / %s.\n\n",
+		m.CPUs, m.CPUModel, m.MemoryGiB, m.OS, m.GoVersion, m.Kubernetes, m.Etcd, m.LoadAvgBefore, m.LoadAvgAfter)
+	b.WriteString("| Metric | Daemon | Floor | Ratio | Target | Result |\n|---|---|---|---|---|---|\n")
+	for _, x := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", x.Metric, x.Daemon, x.Floor, x.Ratio, x.Target, x.Result)
+	}
+	b.WriteString("\n")
+	for _, n := range r.Notes {
+		b.WriteString("- " + n + "\n")
+	}
+	return b.String()
+}
+
+const (
+	docBegin = "<!-- bench:results:begin (written by `go run ./hack/bench -doc`) -->"
+	docEnd   = "<!-- bench:results:end -->"
+)
+
+// updateDoc replaces the text between the markers of path with this run.
+func (r *results) updateDoc(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(data)
+	i, j := strings.Index(s, docBegin), strings.Index(s, docEnd)
+	if i < 0 || j < i {
+		return errors.New(path + ": no results markers " + docBegin + " … " + docEnd)
+	}
+	out := s[:i+len(docBegin)] + "\n" + r.markdown() + s[j:]
+	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+// describeMachine says what the run ran on, without naming the host.
+func describeMachine() machine {
+	m := machine{
+		CPUs:          runtime.NumCPU(),
+		OS:            runtime.GOOS + "/" + runtime.GOARCH,
+		GoVersion:     runtime.Version(),
+		Kubernetes:    testenv.KubernetesVersion,
+		Etcd:          testenv.EtcdVersion,
+		LoadAvgBefore: loadAvg(),
+	}
+	m.CPUModel = procField("/proc/cpuinfo", "model name")
+	if kb := procField("/proc/meminfo", "MemTotal"); kb != "" {
+		var n int
+		if _, err := fmt.Sscanf(kb, "%d", &n); err == nil {
+			m.MemoryGiB = (n + (1 << 19)) >> 20
+		}
+	}
+	if m.CPUModel == "" {
+		m.CPUModel = "unknown CPU"
+	}
+	return m
+}
+
+// procField returns the value of the first "key: value" line of a /proc file.
+func procField(path, key string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

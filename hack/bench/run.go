@@ -1,0 +1,674 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+const (
+	idleGap        = 100 * time.Millisecond
+	changeTimeout  = time.Minute
+	convergeLimit  = 15 * time.Minute
+	settleQuiet    = 3 * time.Second
+	settleLimit    = 10 * time.Minute
+	stopTimeout    = 30 * time.Second
+	backlogPickPct = 10 // live change once this share of the backlog is in the hub
+)
+
+// run starts the clusters, measures the floor, then the daemon, and stops
+// everything it started, whatever happens.
+func run(ctx context.Context, c *config) (_ *results, retErr error) {
+	r := newResults(c)
+	tmp, err := os.MkdirTemp("", "endpoint-aggregator-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if c.keepLogs || retErr != nil {
+			logf("daemon logs kept in %s", tmp)
+			return
+		}
+		_ = os.RemoveAll(tmp)
+	}()
+	if c.profileDir != "" {
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	logf("starting 3 clusters (hub, floor hub, member): etcd + kube-apiserver each")
+	cs, err := testenv.StartAll(
+		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
+		testenv.Spec{Name: "floor", Options: testenv.Options{CRDs: true}},
+		testenv.Spec{Name: "member", Options: testenv.Options{CRDs: true}},
+	)
+	if err != nil {
+		return nil, err
+	}
+	hub, floorHub, member := cs[0], cs[1], cs[2]
+	defer func() {
+		logf("stopping the clusters")
+		if err := testenv.StopAll(cs...); err != nil {
+			logf("%v", err)
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	f := newFleet(c.members, c.services, c.endpoints)
+	logf("member: creating %d Services and %d EndpointSlices (%d members x %d services x %d endpoints)",
+		c.services, c.members*c.services*len(f.slices[0][0]), c.members, c.services, c.endpoints)
+	t0 := time.Now()
+	if err := f.populate(ctx, member.Client); err != nil {
+		return nil, err
+	}
+	logf("member: populated in %s", time.Since(t0).Round(time.Millisecond))
+
+	proxy, err := startMemberProxy(member.Config, f.members)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.close()
+	for _, h := range []*testenv.Cluster{hub, floorHub} {
+		if err := createNamespace(ctx, h.Client, appNamespace); err != nil {
+			return nil, err
+		}
+		if err := warmUp(ctx, h); err != nil {
+			return nil, err
+		}
+	}
+	if err := registerMembers(ctx, hub.Client, f, proxy); err != nil {
+		return nil, fmt.Errorf("hub: registering members: %w", err)
+	}
+	ch := newChanger(f, member.Client)
+
+	if err := runFloor(ctx, c, r, f, floorHub, proxy, ch); err != nil {
+		return nil, err
+	}
+	logf("floor: done; stopping the floor hub")
+	if err := floorHub.Stop(); err != nil {
+		logf("%v", err)
+	}
+	if err := runDaemon(ctx, c, r, f, hub, tmp, ch); err != nil {
+		return nil, err
+	}
+	r.finish(proxy.requests.Load())
+	return r, nil
+}
+
+func mcsFor(c *testenv.Cluster) (mcsclientset.Interface, error) {
+	return mcsclientset.NewForConfig(c.Config)
+}
+
+// runFloor measures the bare client against the floor hub.
+func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *testenv.Cluster, proxy *memberProxy, ch *changer) error {
+	hubMCS, err := mcsFor(floorHub)
+	if err != nil {
+		return err
+	}
+	tr := newTracker("floor", f, c.mode())
+	defer tr.close()
+	if err := tr.start(ctx, floorHub.Client, hubMCS); err != nil {
+		return err
+	}
+	fl, err := newFloor(f, c.mode(), floorHub.Config, float32(c.qps), c.burst, c.workers)
+	if err != nil {
+		return err
+	}
+
+	jobs := fl.coldJobs()
+	logf("floor: writing every hub object (%d jobs, %d workers, QPS %g, burst %d)", len(jobs), c.workers, c.qps, c.burst)
+	t0 := time.Now()
+	if err := fl.cold(ctx, jobs); err != nil {
+		return err
+	}
+	logf("floor: writes done after %s", time.Since(t0).Round(time.Millisecond))
+	at, err := tr.waitConverged(ctx, convergeLimit, "floor cold")
+	if err != nil {
+		return err
+	}
+	r.Floor.ColdSeconds = at.Sub(t0).Seconds()
+	r.Floor.ColdWrites = fl.writes.Load()
+	logf("floor: converged in %.2fs with %d writes", r.Floor.ColdSeconds, r.Floor.ColdWrites)
+
+	memberCfg, err := proxy.restConfig(allView)
+	if err != nil {
+		return err
+	}
+	fc, err := fl.startController(ctx, memberCfg)
+	if err != nil {
+		return err
+	}
+	defer fc.close()
+
+	logf("floor: %d single changes, one at a time", c.changes)
+	w0 := fl.writes.Load()
+	idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
+	if err != nil {
+		return err
+	}
+	sleepCtx(ctx, time.Second) // let the Endpoints writes that follow the slices land
+	r.Floor.Idle = summarize(idle.latencies, idle.lost, 0)
+	r.Floor.IdleWritesPerChange = float64(fl.writes.Load()-w0) / float64(c.changes)
+	logf("floor: idle p50 %.1fms p99 %.1fms", r.Floor.Idle.P50, r.Floor.Idle.P99)
+
+	if c.churn > 0 && c.churnDuration > 0 {
+		logf("floor: churn at %g changes/s for %s", c.churn, c.churnDuration)
+		w0 = fl.writes.Load()
+		res := ch.churn(ctx, tr, c.churn, c.churnDuration)
+		missing := waitAll(ctx, res.pendings, 2*time.Minute)
+		sleepCtx(ctx, time.Second)
+		r.Floor.Churn = summarizePending(res, missing)
+		r.Floor.ChurnWritesPerChange = float64(fl.writes.Load()-w0) / float64(max(1, res.issued))
+		logf("floor: churn %.0f/s achieved, p50 %.1fms p99 %.1fms", r.Floor.Churn.Rate, r.Floor.Churn.P50, r.Floor.Churn.P99)
+	}
+	r.Floor.ControllerErrors = fc.errors.Load()
+	return ctx.Err()
+}
+
+// runDaemon measures endpoint-aggregator against the hub.
+func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testenv.Cluster, tmp string, ch *changer) (retErr error) {
+	hubMCS, err := mcsFor(hub)
+	if err != nil {
+		return err
+	}
+	tr := newTracker("daemon", f, c.mode())
+	defer tr.close()
+	if err := tr.start(ctx, hub.Client, hubMCS); err != nil {
+		return err
+	}
+	logPath := filepath.Join(tmp, "endpoint-aggregator.log")
+	var d *daemonProc
+	defer func() {
+		if err := d.stop(stopTimeout); err != nil {
+			logf("%v", err)
+		}
+		if retErr != nil && d != nil {
+			retErr = fmt.Errorf("%w%s", retErr, d.logTail())
+		}
+	}()
+	start := func() error {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return err
+		}
+		args := daemonArgs(c, hub.KubeconfigPath, addr)
+		if r.Daemon.Args == nil {
+			// Recorded without this machine's paths and ports.
+			r.Daemon.Args = slices.Clone(args)
+			for i, a := range r.Daemon.Args {
+				switch a {
+				case hub.KubeconfigPath:
+					r.Daemon.Args[i] = "<hub kubeconfig>"
+				case addr:
+					r.Daemon.Args[i] = "127.0.0.1:<free port>"
+				}
+			}
+		}
+		d, err = startDaemon(c.binary, args, addr, logPath)
+		return err
+	}
+
+	// Cold start.
+	logf("daemon: cold start against an empty hub (%d members)", c.members)
+	if err := start(); err != nil {
+		return err
+	}
+	readyAt := make(chan time.Duration, 1)
+	go func(d *daemonProc) {
+		for ctx.Err() == nil && d.exited() == nil {
+			if d.ready(ctx) {
+				readyAt <- time.Since(d.started)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}(d)
+	var cpuCold chan error
+	if c.profileDir != "" {
+		cpuCold = make(chan error, 1)
+		go func(d *daemonProc) {
+			cpuCold <- d.profile(ctx, "profile?seconds=30", c.profileDir, "cpu-cold.pprof")
+		}(d)
+	}
+	at, err := waitDaemonConverged(ctx, tr, d, "daemon cold")
+	if err != nil {
+		return err
+	}
+	r.Daemon.ColdSeconds = at.Sub(d.started).Seconds()
+	select {
+	case rd := <-readyAt:
+		r.Daemon.ReadySeconds = rd.Seconds()
+	default:
+	}
+	m, err := d.waitSettled(ctx, settleQuiet, settleLimit)
+	if err != nil {
+		return err
+	}
+	r.Daemon.ColdWrites = int64(m.hubWrites())
+	r.Daemon.ColdWritesDetail = m.writesByResource(nil)
+	r.Daemon.ColdCPUSeconds = m.value("process_cpu_seconds_total")
+	r.Daemon.ColdFailedWrites = int64(m.failedWrites())
+	r.Daemon.ColdSyncs, r.Daemon.ColdSyncsDetail = m.syncsByResult(nil)
+	logf("daemon: converged in %.2fs (ready after %.2fs) with %d hub writes (%s)",
+		r.Daemon.ColdSeconds, r.Daemon.ReadySeconds, r.Daemon.ColdWrites, r.Daemon.ColdWritesDetail)
+	if cpuCold != nil {
+		if err := <-cpuCold; err != nil {
+			logf("profiling: %v", err)
+		}
+		if err := d.profile(ctx, "heap", c.profileDir, "heap-cold.pprof"); err != nil {
+			logf("profiling: %v", err)
+		}
+	}
+
+	// Single changes, one at a time.
+	logf("daemon: %d single changes, one at a time", c.changes)
+	before, err := snapshotRVs(ctx, hub.Client, hubMCS)
+	if err != nil {
+		return err
+	}
+	m0, err := d.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	ev0 := tr.rvChanges.Load()
+	idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
+	if err != nil {
+		return err
+	}
+	m1, err := d.waitSettled(ctx, settleQuiet, settleLimit)
+	if err != nil {
+		return err
+	}
+	ev1 := tr.rvChanges.Load()
+	after, err := snapshotRVs(ctx, hub.Client, hubMCS)
+	if err != nil {
+		return err
+	}
+	r.Daemon.Idle = summarize(idle.latencies, idle.lost, 0)
+	r.Daemon.IdleWrites = int64(m1.hubWrites() - m0.hubWrites())
+	r.Daemon.IdleWritesDetail = m1.writesByResource(m0)
+	r.Daemon.IdleRVChanges = ev1 - ev0
+	r.Daemon.IdleObjectsChanged = diffRVs(before, after)
+	r.Daemon.IdleChanges = c.changes
+	r.Daemon.IdleSyncs, r.Daemon.IdleSyncsDetail = m1.syncsByResult(m0)
+	r.Daemon.IdlePropagationP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.5, m0)
+	r.Daemon.IdlePropagationP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.99, m0)
+	logf("daemon: idle p50 %.1fms p99 %.1fms; %d hub writes (%s), %d resourceVersion changes, %d objects changed",
+		r.Daemon.Idle.P50, r.Daemon.Idle.P99, r.Daemon.IdleWrites, r.Daemon.IdleWritesDetail, r.Daemon.IdleRVChanges, r.Daemon.IdleObjectsChanged)
+
+	// Churn.
+	if c.churn > 0 && c.churnDuration > 0 {
+		logf("daemon: churn at %g changes/s for %s", c.churn, c.churnDuration)
+		m0, err := d.scrape(ctx)
+		if err != nil {
+			return err
+		}
+		var cpuChurn chan error
+		if c.profileDir != "" {
+			cpuChurn = make(chan error, 1)
+			secs := max(1, int(min(c.churnDuration, 30*time.Second).Seconds()))
+			go func(d *daemonProc) {
+				cpuChurn <- d.profile(ctx, fmt.Sprintf("profile?seconds=%d", secs), c.profileDir, "cpu-churn.pprof")
+			}(d)
+		}
+		ev0 := tr.rvChanges.Load()
+		depthDone := make(chan struct{})
+		depths := make(chan []float64, 1)
+		go func(d *daemonProc) { depths <- sampleDepth(ctx, d, depthDone) }(d)
+		res := ch.churn(ctx, tr, c.churn, c.churnDuration)
+		close(depthDone)
+		ds := <-depths
+		missing := waitAll(ctx, res.pendings, 2*time.Minute)
+		m1, err := d.waitSettled(ctx, settleQuiet, settleLimit)
+		if err != nil {
+			return err
+		}
+		r.Daemon.Churn = summarizePending(res, missing)
+		r.Daemon.ChurnWrites = int64(m1.hubWrites() - m0.hubWrites())
+		r.Daemon.ChurnRVChanges = tr.rvChanges.Load() - ev0
+		r.Daemon.ChurnWritesDetail = m1.writesByResource(m0)
+		r.Daemon.ChurnPropagationP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.5, m0)
+		r.Daemon.ChurnPropagationP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.99, m0)
+		r.Daemon.ChurnSyncs, r.Daemon.ChurnSyncsDetail = m1.syncsByResult(m0)
+		r.Daemon.ChurnSyncP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_sync_duration_seconds", 0.5, m0)
+		r.Daemon.ChurnSyncP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_sync_duration_seconds", 0.99, m0)
+		if len(ds) > 0 {
+			r.Daemon.ChurnQueueDepthMedian, r.Daemon.ChurnQueueDepthMax = median(ds), slices.Max(ds)
+		}
+		r.Daemon.ChurnQueueWaitP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_workqueue_queue_duration_seconds", 0.5, m0)
+		r.Daemon.ChurnQueueWaitP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_workqueue_queue_duration_seconds", 0.99, m0)
+		r.Daemon.ChurnCPUSeconds = m1.value("process_cpu_seconds_total") - m0.value("process_cpu_seconds_total")
+		logf("daemon: churn %.0f/s achieved, p50 %.1fms p99 %.1fms; %d hub writes for %d changes",
+			r.Daemon.Churn.Rate, r.Daemon.Churn.P50, r.Daemon.Churn.P99, r.Daemon.ChurnWrites, res.issued)
+		if cpuChurn != nil {
+			if err := <-cpuChurn; err != nil {
+				logf("profiling: %v", err)
+			}
+		}
+	}
+
+	// Memory at steady state: converged, settled, after everything above.
+	mem, err := sampleMemory(ctx, d, 5, time.Second)
+	if err != nil {
+		return err
+	}
+	r.Daemon.Memory = mem
+	logf("daemon: heap in use %.1f MiB, RSS %.1f MiB", mem.HeapInuseBytes/(1<<20), mem.RSSBytes/(1<<20))
+	if c.profileDir != "" {
+		if err := d.profile(ctx, "heap?gc=1", c.profileDir, "heap-steady.pprof"); err != nil {
+			logf("profiling: %v", err)
+		}
+	}
+
+	// Restart against the converged hub.
+	logf("daemon: restart against the converged hub")
+	if err := d.stop(stopTimeout); err != nil {
+		return err
+	}
+	before, err = snapshotRVs(ctx, hub.Client, hubMCS)
+	if err != nil {
+		return err
+	}
+	ev0 = tr.rvChanges.Load()
+	if err := start(); err != nil {
+		return err
+	}
+	m, err = d.waitSettled(ctx, settleQuiet, settleLimit)
+	if err != nil {
+		return err
+	}
+	r.Daemon.RestartSettledSeconds = time.Since(d.started).Seconds() - settleQuiet.Seconds()
+	after, err = snapshotRVs(ctx, hub.Client, hubMCS)
+	if err != nil {
+		return err
+	}
+	r.Daemon.RestartWrites = int64(m.hubWrites())
+	r.Daemon.RestartWritesDetail = m.writesByResource(nil)
+	r.Daemon.RestartLeaseWrites = int64(m.leaseWrites())
+	r.Daemon.RestartRVChanges = tr.rvChanges.Load() - ev0
+	r.Daemon.RestartObjectsChanged = diffRVs(before, after)
+	logf("daemon: restart settled after %.1fs with %d hub writes (%d Lease writes), %d objects changed",
+		r.Daemon.RestartSettledSeconds, r.Daemon.RestartWrites, r.Daemon.RestartLeaseWrites, r.Daemon.RestartObjectsChanged)
+
+	// Restart with a backlog, and one live change made while it is worked off.
+	if err := d.stop(stopTimeout); err != nil {
+		return err
+	}
+	logf("daemon: stopped; changing one endpoint in each of the %d member services", c.members*c.services)
+	keys := ch.distinctKeys(c.members * c.services)
+	backlog := make([]*pending, len(keys))
+	if err := parallel(ctx, 16, len(keys), func(ctx context.Context, i int) error {
+		ms, ep := ch.randomSlice(keys[i][0], keys[i][1])
+		p, err := ch.change(ctx, tr, ms, ep)
+		backlog[i] = p
+		return err
+	}); err != nil {
+		return err
+	}
+	logf("daemon: restart with a backlog of %d changed member services", len(backlog))
+	if err := start(); err != nil {
+		return err
+	}
+	live, remaining, err := liveChangeDuringBacklog(ctx, tr, d, ch, keys, backlog)
+	if err != nil {
+		return err
+	}
+	r.Daemon.BacklogKeys = len(backlog)
+	r.Daemon.BacklogRemainingAtLiveChange = remaining
+	if d, ok := live.latency(); ok {
+		r.Daemon.LiveChangeMillis = float64(d.Microseconds()) / 1000
+	} else {
+		r.Daemon.LiveChangeMillis = -1
+	}
+	missing := waitAll(ctx, backlog, convergeLimit)
+	var last time.Time
+	for _, p := range backlog {
+		if _, ok := p.latency(); ok && p.seen.After(last) {
+			last = p.seen
+		}
+	}
+	r.Daemon.BacklogMissing = missing
+	r.Daemon.BacklogDrainSeconds = last.Sub(d.started).Seconds()
+	m, err = d.waitSettled(ctx, settleQuiet, settleLimit)
+	if err != nil {
+		return err
+	}
+	r.Daemon.BacklogWrites = int64(m.hubWrites())
+	logf("daemon: live change took %.1fms with %d of %d backlog changes not yet in the hub; backlog drained after %.1fs",
+		r.Daemon.LiveChangeMillis, remaining, len(backlog), r.Daemon.BacklogDrainSeconds)
+	return ctx.Err()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// waitDaemonConverged is tracker.waitConverged that fails as soon as the
+// daemon exits.
+func waitDaemonConverged(ctx context.Context, tr *tracker, d *daemonProc, what string) (time.Time, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-d.done:
+			cancel(d.exited())
+		case <-cctx.Done():
+		}
+	}()
+	at, err := tr.waitConverged(cctx, convergeLimit, what)
+	if err != nil && context.Cause(cctx) != nil && ctx.Err() == nil {
+		return at, context.Cause(cctx)
+	}
+	return at, err
+}
+
+// liveChangeDuringBacklog waits until the restarted daemon has brought some
+// of the backlog into the hub, then changes a member service whose backlog
+// change is already in (its key was synced: the new change is queued anew)
+// and returns that change and how much of the backlog was still missing.
+func liveChangeDuringBacklog(ctx context.Context, tr *tracker, d *daemonProc, ch *changer, keys [][2]int, backlog []*pending) (*pending, int, error) {
+	want := max(1, len(backlog)*backlogPickPct/100)
+	deadline := time.Now().Add(convergeLimit)
+	for {
+		if err := d.exited(); err != nil {
+			return nil, 0, err
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, errors.New("daemon: the restart backlog did not start to drain")
+		}
+		seen, pick := 0, -1
+		for i, p := range backlog {
+			if _, ok := p.latency(); ok {
+				seen++
+				pick = i
+			}
+		}
+		if seen >= want || (seen > 0 && seen == len(backlog)) {
+			remaining := len(backlog) - seen
+			ms := ch.f.slices[keys[pick][0]][keys[pick][1]][0]
+			live, err := ch.change(ctx, tr, ms, ch.intn(memberSliceSize))
+			if err != nil {
+				return nil, 0, err
+			}
+			select {
+			case <-live.done:
+			case <-time.After(convergeLimit):
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+			return live, remaining, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// sampleDepth reads the daemon's workqueue depth every second until done.
+func sampleDepth(ctx context.Context, d *daemonProc, done <-chan struct{}) []float64 {
+	var out []float64
+	for {
+		select {
+		case <-done:
+			return out
+		case <-ctx.Done():
+			return out
+		case <-time.After(time.Second):
+		}
+		if m, err := d.scrape(ctx); err == nil {
+			out = append(out, m.sum("endpoint_aggregator_workqueue_depth", func(l map[string]string) bool { return l["name"] == "endpoint_aggregator" }))
+		}
+	}
+}
+
+// memoryStats are the daemon's memory figures (medians of samples).
+type memoryStats struct {
+	HeapInuseBytes float64 `json:"heapInuseBytes"`
+	HeapAllocBytes float64 `json:"heapAllocBytes"`
+	RSSBytes       float64 `json:"rssBytes"`
+	Goroutines     float64 `json:"goroutines"`
+}
+
+func sampleMemory(ctx context.Context, d *daemonProc, n int, every time.Duration) (memoryStats, error) {
+	var inuse, alloc, rss, gr []float64
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return memoryStats{}, ctx.Err()
+			case <-time.After(every):
+			}
+		}
+		m, err := d.scrape(ctx)
+		if err != nil {
+			return memoryStats{}, err
+		}
+		inuse = append(inuse, m.value("go_memstats_heap_inuse_bytes"))
+		alloc = append(alloc, m.value("go_memstats_heap_alloc_bytes"))
+		rss = append(rss, m.value("process_resident_memory_bytes"))
+		gr = append(gr, m.value("go_goroutines"))
+	}
+	return memoryStats{HeapInuseBytes: median(inuse), HeapAllocBytes: median(alloc), RSSBytes: median(rss), Goroutines: median(gr)}, nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// snapshotRVs lists the aggregated hub objects and returns their
+// resourceVersions by kind and name.
+func snapshotRVs(ctx context.Context, hub kubernetes.Interface, hubMCS mcsclientset.Interface) (map[string]string, error) {
+	out := map[string]string{}
+	ours := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String()
+	sliceSel := labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()
+	type lister func(opts metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error)
+	add := func(kind, sel string, list lister) error {
+		opts := metav1.ListOptions{LabelSelector: sel, Limit: 500}
+		for {
+			li, items, err := list(opts)
+			if err != nil {
+				return fmt.Errorf("hub: list %s: %w", kind, err)
+			}
+			for _, o := range items {
+				out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+			}
+			if li.GetContinue() == "" {
+				return nil
+			}
+			opts.Continue = li.GetContinue()
+		}
+	}
+	if err := add("endpointslices", sliceSel, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
+		l, err := hub.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		objs := make([]metav1.Object, len(l.Items))
+		for i := range l.Items {
+			objs[i] = &l.Items[i]
+		}
+		return l, objs, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := add("endpoints", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
+		l, err := hub.CoreV1().Endpoints(appNamespace).List(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		objs := make([]metav1.Object, len(l.Items))
+		for i := range l.Items {
+			objs[i] = &l.Items[i]
+		}
+		return l, objs, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := add("services", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
+		l, err := hub.CoreV1().Services(appNamespace).List(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		objs := make([]metav1.Object, len(l.Items))
+		for i := range l.Items {
+			objs[i] = &l.Items[i]
+		}
+		return l, objs, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := add("serviceimports", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
+		l, err := hubMCS.MulticlusterV1beta1().ServiceImports(appNamespace).List(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		objs := make([]metav1.Object, len(l.Items))
+		for i := range l.Items {
+			objs[i] = &l.Items[i]
+		}
+		return l, objs, nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// diffRVs counts the objects created, changed or deleted between snapshots.
+func diffRVs(before, after map[string]string) int {
+	n := 0
+	for k, rv := range after {
+		if before[k] != rv {
+			n++
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady cuts the
+// daemon off a member (a proxy drops every connection, as a partition does):
+// its liveness Lease stops being renewed, and after --unreachable-grace its
+// hub endpoints turn not ready while the other member's stay; when it is
+// back, readiness and renewals return.
+func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T) {
+	e := startEnv(t)
+	ctx := context.Background()
+	proxy := testenv.StartProxyT(t, e.east)
+	viaProxy, err := e.east.KubeconfigVia(proxy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.register(t, "east", "east", viaProxy)
+	e.register(t, "west", "west", e.west.Kubeconfig)
+	e.startDaemon(t, func(o *app.Options) {
+		o.UnreachableGrace = 3 * time.Second
+		o.ProbeInterval, o.ProbeTimeout = 500*time.Millisecond, time.Second
+		o.MemberLeaseDuration = 4 * time.Second
+	})
+	exportService(t, e.east.Client, "cart")
+	exportService(t, e.west.Client, "cart")
+	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-1", 1, 3, true))
+	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-1", 2, 2, true))
+	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"east": 3, "west": 2})
+
+	renewed := func(cluster string) (time.Time, error) {
+		l, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Get(ctx, easync.MemberLeasePrefix+cluster, metav1.GetOptions{})
+		if err != nil {
+			return time.Time{}, err
+		}
+		if l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return time.Time{}, fmt.Errorf("lease %s has no holder or renew time", l.Name)
+		}
+		return l.Spec.RenewTime.Time, nil
+	}
+	eventually(t, waitTimeout, func() error {
+		for _, c := range []string{"east", "west"} {
+			if _, err := renewed(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	proxy.Block()
+	stopped := time.Now()
+	// Within the grace period the last-known endpoints stay ready.
+	time.Sleep(time.Second)
+	if st := e.hubState(t, "cart"); st.ready["east"] != 3 {
+		t.Fatalf("east endpoints changed before the grace period ended: %+v", st)
+	}
+	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"west": 2})
+	t.Logf("east marked not ready %s after it was cut off (grace 3s)", time.Since(stopped).Round(100*time.Millisecond))
+
+	eastRenew, err := renewed("east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if again, _ := renewed("east"); !again.Equal(eastRenew) {
+		t.Error("east's Lease was renewed while east was down")
+	}
+	westRenew, _ := renewed("west")
+	if time.Since(westRenew) > 4*time.Second {
+		t.Errorf("west's Lease is stale: renewed %s ago", time.Since(westRenew))
+	}
+
+	if err := proxy.Unblock(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"east": 3, "west": 2})
+	eventually(t, waitTimeout, func() error {
+		r, err := renewed("east")
+		if err != nil {
+			return err
+		}
+		if !r.After(eastRenew) {
+			return fmt.Errorf("east's Lease not renewed since recovery")
+		}
+		return nil
+	})
+
+	// Unregistering east deletes its Lease.
+	if err := e.hub.Client.CoreV1().Secrets(daemonNamespace).Delete(ctx, "east", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, func() error {
+		if _, err := renewed("east"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("east's Lease still there (err %v)", err)
+		}
+		return nil
+	})
+}

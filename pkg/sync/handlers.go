@@ -75,6 +75,11 @@ func (c *Controller) ClusterSynced(cluster string) {
 		}
 	}
 	c.enqueueClusterObjects(cluster)
+	// Merged imports wait for members in their first sync; one may list
+	// this member although nothing else in the hub remembers it.
+	for _, k := range c.importKeys() {
+		c.queue.Add(k)
+	}
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
 
@@ -119,6 +124,9 @@ func (c *Controller) importKeys() []Key {
 	return out
 }
 
+// enqueueClusterObjects queues the keys of every hub object sourced from a
+// cluster, and their clusterset keys: an export that went away while the
+// daemon could not see the cluster must leave the merged import too.
 func (c *Controller) enqueueClusterObjects(cluster string) {
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
@@ -126,7 +134,12 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 			continue
 		}
 		for _, o := range objs {
-			c.enqueueHub(o)
+			if m, err := metaOf(o); err == nil {
+				if k, ok := hubKey(m); ok {
+					c.queue.Add(k)
+					c.queue.Add(k.ClusterSet())
+				}
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -66,6 +67,7 @@ type Cluster struct {
 	logs    []*os.File
 	mu      sync.Mutex
 	apiDown bool
+	frozen  bool
 	stopped bool
 }
 
@@ -160,6 +162,9 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 		}
 		env.CRDInstallOptions = envtest.CRDInstallOptions{CRDs: crds}
 	}
+	// Close open watches 1 s into a shutdown instead of waiting for them,
+	// so StopAPIServer takes seconds even while the daemon is watching.
+	env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	c.env = env
 
 	if _, err := env.Start(); err != nil {
@@ -233,6 +238,7 @@ func (c *Cluster) StopAPIServer() error {
 		return nil
 	}
 	c.apiDown = true
+	c.thaw()
 	if err := c.env.ControlPlane.APIServer.Stop(); err != nil {
 		return fmt.Errorf("testenv: cluster %q: stop kube-apiserver: %w", c.Name, err)
 	}
@@ -268,6 +274,9 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
+	if !c.apiDown {
+		c.thaw()
+	}
 	err := c.env.Stop()
 	c.closeLogs()
 	if rmErr := os.RemoveAll(c.Dir); rmErr != nil && err == nil {
@@ -277,6 +286,17 @@ func (c *Cluster) Stop() error {
 		return fmt.Errorf("testenv: stop cluster %q: %w", c.Name, err)
 	}
 	return nil
+}
+
+// thaw resumes a frozen kube-apiserver so that it can handle SIGTERM.
+func (c *Cluster) thaw() {
+	if !c.frozen {
+		return
+	}
+	if pid, err := c.apiServerPID(); err == nil {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	c.frozen = false
 }
 
 func (c *Cluster) createLog(name string) (*os.File, error) {

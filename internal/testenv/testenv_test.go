@@ -144,11 +144,17 @@ func TestRestartAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An open watch must not hold the shutdown up.
+	w, err := c.Client.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	t0 := time.Now()
 	if err := c.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kube-apiserver stopped in %s", time.Since(t0).Round(time.Millisecond))
+	t.Logf("kube-apiserver stopped in %s with a watch open", time.Since(t0).Round(time.Millisecond))
 
 	short := rest.CopyConfig(c.Config)
 	short.Timeout = 2 * time.Second
@@ -341,4 +347,43 @@ func procStat(pid int) (comm string, ppid int, ok bool) {
 		return "", 0, false
 	}
 	return s[open+1 : closing], ppid, true
+}
+
+// TestFreezeAPIServer checks that a frozen apiserver hangs its clients
+// (rather than refusing them) and answers again once thawed.
+func TestFreezeAPIServer(t *testing.T) {
+	c := StartT(t, "freeze", Options{})
+	ctx := context.Background()
+	short := rest.CopyConfig(c.Config)
+	short.Timeout = 2 * time.Second
+	client := kubernetes.NewForConfigOrDie(short)
+	if _, err := client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FreezeAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	_, err := client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	if err == nil {
+		t.Fatal("a frozen apiserver answered")
+	}
+	if waited := time.Since(t0); waited < short.Timeout {
+		t.Fatalf("request failed after %s (%v): the connection was refused, not hung", waited, err)
+	}
+	if err := c.ThawAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after thaw: %v", err)
+	}
+	// Stop must cope with a frozen apiserver.
+	if err := c.FreezeAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("frozen cluster stopped in %s", time.Since(t0).Round(time.Millisecond))
 }

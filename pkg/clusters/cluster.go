@@ -248,6 +248,9 @@ func keepAnnotations(in map[string]string, keep ...string) map[string]string {
 	return out
 }
 
+// memberWriteTimeout bounds one write to a member.
+const memberWriteTimeout = 10 * time.Second
+
 // PatchServiceExportConditions replaces the conditions of a member's
 // ServiceExport with a JSON merge patch on the status subresource. The
 // patch carries the cached resourceVersion, so it fails with a conflict
@@ -263,6 +266,9 @@ func (c *Cluster) PatchServiceExportConditions(ctx context.Context, se *mcsv1bet
 	if err != nil {
 		return err
 	}
+	// A member that hangs must not hold a worker for long.
+	ctx, cancel := context.WithTimeout(ctx, memberWriteTimeout)
+	defer cancel()
 	_, err = c.clients.MCS.MulticlusterV1beta1().ServiceExports(se.Namespace).Patch(ctx, se.Name, types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: "endpoint-aggregator"}, "status")
 	return err

@@ -355,3 +355,49 @@ func TestImportUpToDate(t *testing.T) {
 		})
 	}
 }
+
+func TestLastKnownExportKeepsClusterAndUnclaimedPortsWithoutConflicts(t *testing.T) {
+	before := MergeImport(testNamespace, testService, []Export{
+		testExport("east", 0, nil),
+		testExport("west", 1, func(e *Export) {
+			e.Service.Spec.Ports = append(e.Service.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9100, Protocol: corev1.ProtocolTCP})
+		}),
+	}).Import
+	if _, ok := LastKnownExport("north", before, nil); ok {
+		t.Fatal("an export was remembered for a cluster the import does not list")
+	}
+	west, ok := LastKnownExport("west", before, nil)
+	if !ok || !west.LastKnown {
+		t.Fatalf("LastKnownExport(west) = %+v, %v", west, ok)
+	}
+	// east now serves http on another port and is headless: it wins both.
+	east := testExport("east", 0, func(e *Export) {
+		e.Service.Spec.Ports[0].Port = 8080
+		e.Service.Spec.ClusterIP = corev1.ClusterIPNone
+	})
+	for _, exports := range [][]Export{{east, west}, {west, east}} {
+		res := MergeImport(testNamespace, testService, exports)
+		if len(res.Conflicts) != 0 {
+			t.Errorf("conflicts with a remembered export: %+v", res.Conflicts)
+		}
+		got := map[string]int32{}
+		for _, p := range res.Import.Spec.Ports {
+			got[p.Name] = p.Port
+		}
+		if want := map[string]int32{"http": 8080, "grpc": 9090, "metrics": 9100}; !maps.Equal(got, want) {
+			t.Errorf("ports = %v, want %v", got, want)
+		}
+		if res.Import.Spec.Type != mcsv1beta1.Headless {
+			t.Errorf("type = %s: the live export must win", res.Import.Spec.Type)
+		}
+		if n := len(res.Import.Status.Clusters); n != 2 {
+			t.Errorf("status.clusters = %v", res.Import.Status.Clusters)
+		}
+	}
+	// With the member's per-cluster Service, its own ports are used.
+	pc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "admin", Port: 7000}}}}
+	west, _ = LastKnownExport("west", before, pc)
+	if ps := west.Service.Spec.Ports; len(ps) != 1 || ps[0].Name != "admin" || ps[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports from the per-cluster Service = %+v", ps)
+	}
+}

@@ -22,14 +22,15 @@ const ReasonExportConflict = "ExportConflict"
 // the ServiceImport and its derived Service. Nothing is written while a
 // registered member is still within its first sync: merging without it would
 // drop its ports and cluster entry for a moment on every restart. A member
-// past its sync timeout no longer holds the merge back.
+// past its sync timeout no longer holds the merge back; until it syncs, its
+// export as the hub last recorded it stands in for it.
 func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if !c.members.SecretsSynced() {
 		return nil
 	}
 	var exports []endpoints.Export
 	var statuses []exportStatus
-	pending := false
+	var pending []string
 	for _, name := range c.members.Names() {
 		m := c.members.Member(name)
 		if m == nil {
@@ -39,7 +40,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 			if !m.SyncTimedOut() {
 				return nil // ClusterSynced queues the key again
 			}
-			pending = true
+			pending = append(pending, name)
 			continue
 		}
 		svc, err := m.ServiceLister().Services(key.Namespace).Get(key.Name)
@@ -74,8 +75,8 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 
 	impOps, svcOps := c.importOps(), c.serviceOps()
 	if len(exports) == 0 {
-		if pending {
-			return nil
+		if len(pending) > 0 {
+			return nil // keep what the hub has until they sync
 		}
 		if liveSvc != nil {
 			if err := remove(ctx, c, svcOps, liveSvc); err != nil {
@@ -91,6 +92,11 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	}
 	if ok, err := c.ensureNamespace(ctx, key); !ok {
 		return err
+	}
+	for _, name := range pending {
+		if e, ok := endpoints.LastKnownExport(name, liveImp, c.lastKnownPerCluster(key, name)); ok {
+			exports = append(exports, e)
+		}
 	}
 
 	res := endpoints.MergeImport(key.Namespace, key.Name, exports)
@@ -155,6 +161,17 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		}
 	}
 	return c.writeExportStatuses(ctx, statuses, res.Conflicts)
+}
+
+// lastKnownPerCluster returns the per-cluster Service written for the
+// service key in cluster, or nil.
+func (c *Controller) lastKnownPerCluster(key Key, cluster string) *corev1.Service {
+	name, _ := endpoints.PerClusterName(key.Name, cluster)
+	svc, err := c.services.Services(key.Namespace).Get(name)
+	if err != nil || !ownedBy(svc, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name}) {
+		return nil
+	}
+	return svc
 }
 
 // importIPs lists the derived Service's ClusterIPs, one per family in the

@@ -432,3 +432,65 @@ func TestUnreachablePolicyMarksNotReadyThenWithdraws(t *testing.T) {
 		t.Fatalf("after recovery: %d of %d ready, want 3 of 3", r, n)
 	}
 }
+
+// A member that has not synced since the daemon started, past its sync
+// timeout, keeps its place in the merged import as the hub last recorded
+// it, also when another member's export changes the merge.
+func TestSyncClusterSetKeepsLastKnownExportOfUnsyncedMember(t *testing.T) {
+	for _, mode := range []endpoints.PerClusterMode{endpoints.PerClusterMirror, endpoints.PerClusterOff} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFixture(t, Options{PerClusterServices: mode}, nil, nil)
+			http := corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}
+			metrics := corev1.ServicePort{Name: "metrics", Port: 9090, Protocol: corev1.ProtocolTCP}
+			_ = f.member("c1").services.Add(service("shop", "cart", http))
+			c2 := f.member("c2")
+			_ = c2.services.Add(service("shop", "cart", http, metrics))
+			for _, k := range []Key{cartC1, {Cluster: "c2", Namespace: "shop", Name: "cart"}, cartC1.ClusterSet()} {
+				f.sync(k)
+			}
+
+			// The daemon restarts; c2 does not sync in time and c1's Service changes.
+			c2.synced = false
+			changed := service("shop", "cart", http)
+			changed.Labels = map[string]string{"touched": "true"}
+			changed.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			_ = f.members.members["c1"].services.Update(changed)
+			f.resetActions()
+			f.sync(cartC1.ClusterSet())
+
+			imp, err := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var clusters, ports []string
+			for _, c := range imp.Status.Clusters {
+				clusters = append(clusters, c.Cluster)
+			}
+			for _, p := range imp.Spec.Ports {
+				ports = append(ports, p.Name)
+			}
+			if want := []string{"c1", "c2"}; !reflect.DeepEqual(clusters, want) {
+				t.Errorf("status.clusters = %q, want %q", clusters, want)
+			}
+			if want := []string{"http", "metrics"}; !reflect.DeepEqual(ports, want) {
+				t.Errorf("ports = %q, want %q", ports, want)
+			}
+			if imp.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+				t.Errorf("sessionAffinity = %q: the live export must set the import's properties", imp.Spec.SessionAffinity)
+			}
+			for _, c := range imp.Status.Conditions {
+				if c.Type == "Conflict" && c.Status == metav1.ConditionTrue {
+					t.Errorf("a remembered export was reported in a conflict: %+v", c)
+				}
+			}
+			// Once c2 syncs without its export, the import follows it.
+			c2.synced = true
+			_ = c2.services.Delete(service("shop", "cart"))
+			f.sync(cartC1.ClusterSet())
+			imp, _ = f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+			if len(imp.Status.Clusters) != 1 || len(imp.Spec.Ports) != 1 {
+				t.Errorf("after c2 synced without its export: clusters %v, ports %v", imp.Status.Clusters, imp.Spec.Ports)
+			}
+		})
+	}
+}

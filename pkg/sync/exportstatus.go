@@ -26,10 +26,15 @@ func (c *Controller) writesExportStatus() bool {
 }
 
 // writeExportStatuses brings each member ServiceExport's Valid, Ready and
-// Conflict conditions in line, writing only those that changed.
+// Conflict conditions in line, writing only those that changed. An
+// unreachable member is skipped, so a worker never waits on it: its
+// recovery queues the merged keys again.
 func (c *Controller) writeExportStatuses(ctx context.Context, statuses []exportStatus, conflicts []endpoints.Conflict) error {
 	var errs *multierror.Error
 	for _, s := range statuses {
+		if _, down := s.member.UnreachableSince(); down {
+			continue
+		}
 		want := endpoints.ExportConditions(s.service, conflicts, s.export.Generation)
 		conds, changed := endpoints.SetConditions(s.export.Status.Conditions, want)
 		if !changed {

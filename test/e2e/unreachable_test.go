@@ -40,16 +40,7 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-1", 2, 2, true))
 	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"east": 3, "west": 2})
 
-	renewed := func(cluster string) (time.Time, error) {
-		l, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Get(ctx, easync.MemberLeasePrefix+cluster, metav1.GetOptions{})
-		if err != nil {
-			return time.Time{}, err
-		}
-		if l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-			return time.Time{}, fmt.Errorf("lease %s has no holder or renew time", l.Name)
-		}
-		return l.Spec.RenewTime.Time, nil
-	}
+	renewed := e.leaseRenewed
 	eventually(t, waitTimeout, func() error {
 		for _, c := range []string{"east", "west"} {
 			if _, err := renewed(c); err != nil {
@@ -107,4 +98,16 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 		}
 		return nil
 	})
+}
+
+// leaseRenewed returns when the liveness Lease of a member was last renewed.
+func (e *env) leaseRenewed(cluster string) (time.Time, error) {
+	l, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Get(context.Background(), easync.MemberLeasePrefix+cluster, metav1.GetOptions{})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return time.Time{}, fmt.Errorf("lease %s has no holder or renew time", l.Name)
+	}
+	return l.Spec.RenewTime.Time, nil
 }

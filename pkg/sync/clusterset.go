@@ -60,12 +60,12 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		}
 	}
 
-	liveImp, err := c.imports.ServiceImports(key.Namespace).Get(key.Name)
+	liveImp, err := c.liveImport(key.Namespace, key.Name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	derivedName := endpoints.DerivedServiceName(key.Namespace, key.Name)
-	liveSvc, err := c.services.Services(key.Namespace).Get(derivedName)
+	liveSvc, err := c.liveService(key.Namespace, derivedName)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -151,9 +151,13 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if condsChanged || !endpoints.ImportStatusUpToDate(want, liveImp) {
 		upd := endpoints.MergeServiceImport(want, liveImp)
 		upd.Status.Conditions = conds
-		_, err := c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
+		out, err := c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
 		c.countWrite(resourceServiceImport, verbUpdateStatus, err)
+		if err == nil {
+			c.written.wrote(resourceServiceImport, out)
+		}
 		if apierrors.IsConflict(err) {
+			c.written.forget(resourceServiceImport, upd.Namespace, upd.Name)
 			return fmt.Errorf("updating ServiceImport %s status: %w", key, errStaleCache)
 		}
 		if err != nil {
@@ -167,7 +171,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 // service key in cluster, or nil.
 func (c *Controller) lastKnownPerCluster(key Key, cluster string) *corev1.Service {
 	name, _ := endpoints.PerClusterName(key.Name, cluster)
-	svc, err := c.services.Services(key.Namespace).Get(name)
+	svc, err := c.liveService(key.Namespace, name)
 	if err != nil || !ownedBy(svc, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name}) {
 		return nil
 	}

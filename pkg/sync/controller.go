@@ -101,6 +101,9 @@ const (
 	staleRetry    = time.Second
 )
 
+// queueName names the workqueue in its metrics.
+const queueName = "endpoint_aggregator"
+
 // Controller keeps the hub's aggregated objects in line with the members.
 type Controller struct {
 	opts     Options
@@ -111,6 +114,9 @@ type Controller struct {
 	metrics  *Metrics
 
 	queue workqueue.TypedRateLimitingInterface[Key]
+	lanes *lanes // the queue's order: live changes before bulk sweeps
+	// written holds our writes the hub caches have not seen yet.
+	written *written
 
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})
@@ -157,6 +163,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if opts.Recorder == nil {
 		opts.Recorder = &record.FakeRecorder{}
 	}
+	lanes := newLanes()
 	c := &Controller{
 		opts:     opts,
 		members:  members,
@@ -169,7 +176,15 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
 				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 			),
-			workqueue.TypedRateLimitingQueueConfig[Key]{Name: "endpoint_aggregator"}),
+			workqueue.TypedRateLimitingQueueConfig[Key]{
+				Name: queueName,
+				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
+					Name:  queueName,
+					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Name: queueName, Queue: lanes}),
+				}),
+			}),
+		lanes:    lanes,
+		written:  newWritten(),
 		started:  make(chan struct{}),
 		retrying: map[Key]struct{}{},
 
@@ -215,7 +230,12 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
 		return nil, err
 	}
-	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
+	for resource, inf := range map[string]cache.SharedIndexInformer{
+		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
+	} {
+		if _, err := inf.AddEventHandler(c.written.observer(resource)); err != nil {
+			return nil, err
+		}
 		if _, err := inf.AddEventHandler(changeHandler(c.enqueueHub)); err != nil {
 			return nil, err
 		}

@@ -14,22 +14,24 @@ import (
 )
 
 // Event handlers only map objects to keys. They never write and never block.
+// A change queues its keys in the live lane; an informer's initial list, like
+// every other sweep, queues them in bulk (see lanes).
 
 // EventHandlers returns the handlers for one member's informers. It satisfies
 // the member registry's callback interface.
 func (c *Controller) EventHandlers(cluster string) (services, slices, exports cache.ResourceEventHandler) {
 	// A Service or ServiceExport change can change the merged import, so it
 	// queues the clusterset key too; a slice change cannot.
-	both := func(obj interface{}) {
+	both := func(obj interface{}, bulk bool) {
 		m, err := metaOf(obj)
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
 		}
 		k := Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}
-		c.queue.Add(k)
-		c.queue.Add(k.ClusterSet())
+		c.add(k, bulk)
+		c.add(k.ClusterSet(), bulk)
 	}
-	slice := func(obj interface{}) {
+	slice := func(obj interface{}, bulk bool) {
 		m, err := metaOf(obj)
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
@@ -38,7 +40,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		if svc == "" {
 			return
 		}
-		c.queue.Add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc})
+		c.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc}, bulk)
 	}
 	sliceHandler := changeHandler(slice)
 	// A slice moved to another service (label change) must resync the old one.
@@ -48,9 +50,9 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 			return
 		}
 		if o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
-			slice(old)
+			slice(old, false)
 		}
-		slice(cur)
+		slice(cur, false)
 	}
 	return changeHandler(both), sliceHandler, changeHandler(both)
 }
@@ -70,15 +72,15 @@ func (c *Controller) ClusterSynced(cluster string) {
 				continue
 			}
 			k := Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}
-			c.queue.Add(k)
-			c.queue.Add(k.ClusterSet())
+			c.add(k, true)
+			c.add(k.ClusterSet(), true)
 		}
 	}
 	c.enqueueClusterObjects(cluster)
 	// Merged imports wait for members in their first sync; one may list
 	// this member although nothing else in the hub remembers it.
 	for _, k := range c.importKeys() {
-		c.queue.Add(k)
+		c.add(k, true)
 	}
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
@@ -108,7 +110,7 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
 	for _, k := range c.importKeys() {
-		c.queue.Add(k)
+		c.add(k, true)
 	}
 }
 
@@ -136,8 +138,8 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 		for _, o := range objs {
 			if m, err := metaOf(o); err == nil {
 				if k, ok := hubKey(m); ok {
-					c.queue.Add(k)
-					c.queue.Add(k.ClusterSet())
+					c.add(k, true)
+					c.add(k.ClusterSet(), true)
 				}
 			}
 		}
@@ -149,7 +151,7 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
 		for _, o := range inf.GetStore().List() {
 			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
-				c.enqueueHub(o)
+				c.enqueueHub(o, true)
 			}
 		}
 	}
@@ -157,7 +159,9 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 
 // enqueueHub queues the key that owns one of our hub objects, so that a
 // change made by someone else is undone and a deleted object comes back.
-func (c *Controller) enqueueHub(obj interface{}) {
+// Most hub events are the echo of our own writes, so they always queue in
+// bulk: member changes go first.
+func (c *Controller) enqueueHub(obj interface{}, _ bool) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return
@@ -165,11 +169,11 @@ func (c *Controller) enqueueHub(obj interface{}) {
 	if k, ok := hubKey(m); ok {
 		// Per-cluster objects never feed the merged ones: their own key
 		// is enough.
-		c.queue.Add(k)
+		c.add(k, true)
 		return
 	}
 	if isServiceImport(obj) {
-		c.queue.Add(Key{Namespace: m.GetNamespace(), Name: m.GetName()})
+		c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, true)
 	}
 }
 
@@ -195,16 +199,17 @@ func (c *Controller) namespaceAdded(obj interface{}) {
 		}
 		for _, s := range svcs {
 			k := Key{Cluster: name, Namespace: s.Namespace, Name: s.Name}
-			c.queue.Add(k)
-			c.queue.Add(k.ClusterSet())
+			c.add(k, true)
+			c.add(k.ClusterSet(), true)
 		}
 	}
 }
 
 // changeHandler calls f on add, on delete (tombstones unwrapped) and on
-// updates that changed the resourceVersion.
-func changeHandler(f func(obj interface{})) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
+// updates that changed the resourceVersion; bulk is true for the adds of an
+// informer's initial list.
+func changeHandler(f func(obj interface{}, bulk bool)) cache.ResourceEventHandlerDetailedFuncs {
+	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: f,
 		UpdateFunc: func(old, cur interface{}) {
 			o, err1 := metaOf(old)
@@ -212,15 +217,25 @@ func changeHandler(f func(obj interface{})) cache.ResourceEventHandlerFuncs {
 			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
-			f(cur)
+			f(cur, false)
 		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			f(obj)
+			f(obj, false)
 		},
 	}
+}
+
+// add queues key in the bulk lane or the live one.
+func (c *Controller) add(key Key, bulk bool) {
+	if bulk {
+		c.lanes.markBulk(key)
+	} else {
+		c.lanes.markLive(key)
+	}
+	c.queue.Add(key)
 }
 
 func metaOf(obj interface{}) (metav1.Object, error) {

@@ -86,7 +86,7 @@ func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints
 		wantEps = endpoints.PerClusterEndpoints(*src)
 	}
 
-	liveSvc, err := c.services.Services(key.Namespace).Get(name)
+	liveSvc, err := c.liveService(key.Namespace, name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -94,7 +94,7 @@ func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints
 		// Ours, but written for another source whose name collides.
 		return c.conflict(resourceService, liveSvc, key)
 	}
-	liveEps, err := c.endpoints.Endpoints(key.Namespace).Get(name)
+	liveEps, err := c.liveEndpoints(key.Namespace, name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -203,17 +203,32 @@ func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
 	}
 }
 
-// hubSlices returns our cached hub slices sourced from key; read-only.
+// hubSlices returns our hub slices sourced from key, as cached or, where
+// the cache has not seen our last write yet, as written; read-only.
 func (c *Controller) hubSlices(key Key) ([]*discoveryv1.EndpointSlice, error) {
-	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, sourceKey(key))
+	source := sourceKey(key)
+	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, source)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	byName := make(map[string]*discoveryv1.EndpointSlice, len(objs))
 	for _, o := range objs {
 		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-			out = append(out, s)
+			byName[s.Name] = s
 		}
+	}
+	for _, name := range c.written.sourceNames(source) {
+		if o, ok := c.written.get(resourceEndpointSlice, key.Namespace, name); ok {
+			if o == nil {
+				delete(byName, name)
+			} else {
+				byName[name] = o.(*discoveryv1.EndpointSlice)
+			}
+		}
+	}
+	out := make([]*discoveryv1.EndpointSlice, 0, len(byName))
+	for _, s := range byName {
+		out = append(out, s)
 	}
 	return out, nil
 }

@@ -134,7 +134,11 @@ func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
 func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, obj T) (T, error) {
 	out, err := o.create(ctx, obj)
 	c.countWrite(o.resource, verbCreate, err)
+	if err == nil {
+		c.written.wrote(o.resource, out)
+	}
 	if apierrors.IsAlreadyExists(err) {
+		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
 		if gerr != nil {
 			return out, gerr
@@ -150,7 +154,11 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
 	out, err := o.update(ctx, obj)
 	c.countWrite(o.resource, verbUpdate, err)
+	if err == nil {
+		c.written.wrote(o.resource, out)
+	}
 	if apierrors.IsConflict(err) {
+		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		return out, fmt.Errorf("updating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
 	return out, err
@@ -167,8 +175,12 @@ func remove[T hubObject](ctx context.Context, c *Controller, o ops[T], live T) e
 	}
 	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
 	c.countWrite(o.resource, verbDelete, err)
-	if apierrors.IsNotFound(err) {
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		c.written.deleted(o.resource, live)
 		return nil
+	case apierrors.IsConflict(err): // a newer object of that name
+		c.written.forget(o.resource, live.GetNamespace(), live.GetName())
 	}
 	return err
 }

@@ -1,0 +1,94 @@
+package sync
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// laneQueue is a workqueue ordered by lanes, as the controller builds it.
+func laneQueue() (*workqueue.Typed[Key], *lanes) {
+	l := newLanes()
+	return workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Queue: l}), l
+}
+
+func add(q *workqueue.Typed[Key], l *lanes, key Key, bulk bool) {
+	if bulk {
+		l.markBulk(key)
+	} else {
+		l.markLive(key)
+	}
+	q.Add(key)
+}
+
+func drain(q *workqueue.Typed[Key]) []string {
+	var out []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		out = append(out, k.Name)
+		q.Done(k)
+	}
+	return out
+}
+
+func named(name string) Key { return Key{Cluster: "c1", Namespace: "shop", Name: name} }
+
+func TestLanesServeLiveChangesBeforeTheBulkBacklog(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	for i := 0; i < 3; i++ {
+		add(q, l, named(fmt.Sprintf("bulk-%d", i)), true)
+	}
+	add(q, l, named("live-0"), false)
+	add(q, l, named("bulk-1"), false) // a live change of a key waiting in bulk
+	add(q, l, named("live-0"), true)  // a bulk add does not demote a live key
+	add(q, l, named("live-1"), false)
+	want := []string{"live-0", "bulk-1", "live-1", "bulk-0", "bulk-2"}
+	if got := drain(q); !reflect.DeepEqual(got, want) {
+		t.Fatalf("order %q, want %q", got, want)
+	}
+	if n := l.Len(); n != 0 {
+		t.Fatalf("lanes hold %d keys after draining", n)
+	}
+}
+
+// A key added while it is being synced is queued again on Done, in the lane
+// of its adds: live if any of them was live.
+func TestLanesKeepTheLaneOfAddsMadeDuringASync(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		adds  []bool // bulk?
+		first bool   // want the key before the bulk backlog
+	}{
+		{"bulk", []bool{true}, false},
+		{"live", []bool{false}, true},
+		{"live then bulk", []bool{false, true}, true},
+		{"bulk then live", []bool{true, false}, true},
+		{"retry", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, l := laneQueue()
+			defer q.ShutDown()
+			busy := named("busy")
+			add(q, l, busy, false)
+			k, _ := q.Get()
+			add(q, l, named("backlog"), true)
+			for _, bulk := range tc.adds {
+				add(q, l, busy, bulk)
+			}
+			if tc.adds == nil {
+				q.Add(busy) // an unmarked add, as a delayed retry makes
+			}
+			q.Done(k)
+			want := []string{"backlog", "busy"}
+			if tc.first {
+				want = []string{"busy", "backlog"}
+			}
+			if got := drain(q); !reflect.DeepEqual(got, want) {
+				t.Fatalf("order %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,198 @@
+package sync
+
+import (
+	stdsync "sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+)
+
+// writtenTTL bounds how long a write is trusted over the cache. Its watch
+// event normally arrives within milliseconds; one that never comes (the
+// cache relisted past it) must not shadow the cache for long.
+const writtenTTL = time.Minute
+
+// written remembers the hub objects this controller wrote until the hub
+// caches have seen them, so that a sync right after a write reads what it
+// wrote instead of the lagging cache and does not send an update bound to
+// fail with a conflict (or a create bound to find the name taken).
+//
+// Entries are dropped when the cache catches up (an event carrying the
+// written resourceVersion, or the delete event of a deleted object), when a
+// write fails on a conflict (someone else wrote: the cache will tell), and
+// after writtenTTL.
+type written struct {
+	mu   stdsync.Mutex
+	objs map[objectRef]writtenObject
+	// sources indexes the slices among objs by sourceKey.
+	sources map[string]sets.Set[objectRef]
+	now     func() time.Time
+}
+
+type objectRef struct{ resource, namespace, name string }
+
+type writtenObject struct {
+	obj    hubObject // nil: deleted
+	source string    // slices: sourceKey
+	at     time.Time
+}
+
+func newWritten() *written {
+	return &written{objs: map[objectRef]writtenObject{}, sources: map[string]sets.Set[objectRef]{}, now: time.Now}
+}
+
+func refOf(resource string, obj hubObject) objectRef {
+	return objectRef{resource, obj.GetNamespace(), obj.GetName()}
+}
+
+// wrote records an object as the API server returned it from a write.
+func (w *written) wrote(resource string, obj hubObject) {
+	w.put(refOf(resource, obj), writtenObject{obj: obj, source: sliceSource(resource, obj)})
+}
+
+// deleted records that we deleted an object.
+func (w *written) deleted(resource string, obj hubObject) {
+	w.put(refOf(resource, obj), writtenObject{source: sliceSource(resource, obj)})
+}
+
+func (w *written) put(ref objectRef, o writtenObject) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(ref)
+	o.at = w.now()
+	w.objs[ref] = o
+	if o.source != "" {
+		if w.sources[o.source] == nil {
+			w.sources[o.source] = sets.New[objectRef]()
+		}
+		w.sources[o.source].Insert(ref)
+	}
+}
+
+// forget drops what we know of an object: the cache is to be believed.
+func (w *written) forget(resource, namespace, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(objectRef{resource, namespace, name})
+}
+
+func (w *written) dropLocked(ref objectRef) {
+	o, ok := w.objs[ref]
+	if !ok {
+		return
+	}
+	delete(w.objs, ref)
+	if s := w.sources[o.source]; s != nil {
+		s.Delete(ref)
+		if s.Len() == 0 {
+			delete(w.sources, o.source)
+		}
+	}
+}
+
+// get returns what we last wrote of an object, if the cache has not seen it
+// yet: the object, or nil when we deleted it.
+func (w *written) get(resource, namespace, name string) (hubObject, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ref := objectRef{resource, namespace, name}
+	o, ok := w.objs[ref]
+	if !ok {
+		return nil, false
+	}
+	if w.now().Sub(o.at) > writtenTTL {
+		w.dropLocked(ref)
+		return nil, false
+	}
+	return o.obj, true
+}
+
+// sourceNames lists the slices of a source we wrote or deleted and the cache
+// has not seen yet.
+func (w *written) sourceNames(source string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for ref := range w.sources[source] {
+		out = append(out, ref.name)
+	}
+	return out
+}
+
+// observer returns the event handler that tells w what a hub cache has seen.
+func (w *written) observer(resource string) cache.ResourceEventHandler {
+	seen := func(obj interface{}, gone bool) {
+		m, err := metaOf(obj)
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		ref := objectRef{resource, m.GetNamespace(), m.GetName()}
+		o, ok := w.objs[ref]
+		if !ok {
+			return
+		}
+		if (o.obj == nil && gone) || (o.obj != nil && !gone && o.obj.GetResourceVersion() == m.GetResourceVersion()) {
+			w.dropLocked(ref)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { seen(obj, false) },
+		UpdateFunc: func(_, cur interface{}) { seen(cur, false) },
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			seen(obj, true)
+		},
+	}
+}
+
+// sliceSource is the source key of one of our slices, "" for other kinds.
+func sliceSource(resource string, obj hubObject) string {
+	if resource != resourceEndpointSlice {
+		return ""
+	}
+	if k, ok := hubKey(obj); ok && !k.IsClusterSet() {
+		return sourceKey(k)
+	}
+	return ""
+}
+
+// readYourWrites returns the object from the cache unless we wrote it since
+// the cache last saw it.
+func readYourWrites[T hubObject](c *Controller, resource, namespace, name string, cached func() (T, error)) (T, error) {
+	if o, ok := c.written.get(resource, namespace, name); ok {
+		if o == nil {
+			var zero T
+			return zero, apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
+		}
+		return o.(T), nil
+	}
+	return cached()
+}
+
+func (c *Controller) liveService(namespace, name string) (*corev1.Service, error) {
+	return readYourWrites(c, resourceService, namespace, name, func() (*corev1.Service, error) {
+		return c.services.Services(namespace).Get(name)
+	})
+}
+
+func (c *Controller) liveEndpoints(namespace, name string) (*corev1.Endpoints, error) {
+	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*corev1.Endpoints, error) {
+		return c.endpoints.Endpoints(namespace).Get(name)
+	})
+}
+
+func (c *Controller) liveImport(namespace, name string) (*mcsv1beta1.ServiceImport, error) {
+	return readYourWrites(c, resourceServiceImport, namespace, name, func() (*mcsv1beta1.ServiceImport, error) {
+		return c.imports.ServiceImports(namespace).Get(name)
+	})
+}

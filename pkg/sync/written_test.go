@@ -1,0 +1,118 @@
+package sync
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+)
+
+// TestSyncReadsItsOwnWritesBeforeTheCacheSeesThem runs a controller whose hub
+// caches never see a write (they are not started): each sync must build on
+// what the previous one wrote, not on the empty cache, so nothing is created
+// twice, updated from a stale copy or deleted twice.
+func TestSyncReadsItsOwnWritesBeforeTheCacheSeesThem(t *testing.T) {
+	ctx := context.Background()
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+	f := &fixture{t: t, ctx: ctx, hub: kubefake.NewClientset(shop), hubMCS: mcsfake.NewSimpleClientset(),
+		members: &fakeMembers{members: map[string]*fakeMember{}, synced: true}}
+	ctrl, err := New(f.hub, f.hubMCS, f.members, Options{Export: ExportPolicy{Mode: ExportAll, Exclude: sets.New(DefaultExcludedNamespaces...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ctrl.nsInf.GetStore().Add(shop)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+
+	step := func(name string, key Key, want []string) {
+		t.Helper()
+		f.resetActions()
+		if err := ctrl.sync(ctx, key); err != nil {
+			t.Fatalf("%s: sync: %v", name, err)
+		}
+		if got := f.writes(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: writes\n got %q\nwant %q", name, got, want)
+		}
+	}
+	step("first sync", cartC1, []string{
+		"create endpoints shop/cart-c1",
+		"create endpointslices shop/" + sliceName(0),
+		"create services shop/cart-c1",
+	})
+	step("again", cartC1, nil)
+	step("import", cartC1.ClusterSet(), []string{
+		"create serviceimports shop/cart",
+		"create services shop/" + endpoints.DerivedServiceName("shop", "cart"),
+		"update serviceimports/status shop/cart",
+	})
+	step("import again", cartC1.ClusterSet(), nil)
+
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 4, true)}
+	step("one more endpoint", cartC1, []string{
+		"update endpoints shop/cart-c1",
+		"update endpointslices shop/" + sliceName(0),
+	})
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 5, true)}
+	step("and another", cartC1, []string{
+		"update endpoints shop/cart-c1",
+		"update endpointslices shop/" + sliceName(0),
+	})
+
+	_ = m.services.Delete(service("shop", "cart"))
+	step("service gone", cartC1, []string{
+		"delete endpoints shop/cart-c1",
+		"delete endpointslices shop/" + sliceName(0),
+		"delete services shop/cart-c1",
+	})
+	step("gone again", cartC1, nil)
+}
+
+func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
+	w := newWritten()
+	now := time.Unix(0, 0)
+	w.now = func() time.Time { return now }
+	svc := func(rv string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
+	}
+	h := w.observer(resourceService)
+	tracked := func() bool {
+		_, ok := w.get(resourceService, "shop", "cart-c1")
+		return ok
+	}
+
+	w.wrote(resourceService, svc("2"))
+	h.OnUpdate(svc("0"), svc("1")) // an older event: still behind
+	if !tracked() {
+		t.Fatal("forgotten on an event older than the write")
+	}
+	h.OnUpdate(svc("1"), svc("2"))
+	if tracked() {
+		t.Fatal("still tracked after the cache saw the write")
+	}
+
+	w.deleted(resourceService, svc("2"))
+	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o != nil {
+		t.Fatalf("a deleted object reads as %v, %v", o, ok)
+	}
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "shop/cart-c1", Obj: svc("2")})
+	if tracked() {
+		t.Fatal("still tracked after the cache saw the delete")
+	}
+
+	w.wrote(resourceService, svc("3"))
+	now = now.Add(writtenTTL + time.Second)
+	if tracked() {
+		t.Fatal("a write whose event never came is trusted past the TTL")
+	}
+}

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
@@ -112,21 +114,28 @@ func run(ctx context.Context, c *config) (_ *results, retErr error) {
 	return r, nil
 }
 
-func mcsFor(c *testenv.Cluster) (mcsclientset.Interface, error) {
-	return mcsclientset.NewForConfig(c.Config)
+// startTracker starts the tracker name of the aggregated objects in h and
+// returns it with its mcs-api client; the caller closes the tracker.
+func startTracker(ctx context.Context, name string, f *fleet, c *config, h *testenv.Cluster) (*tracker, mcsclientset.Interface, error) {
+	hubMCS, err := mcsclientset.NewForConfig(h.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := newTracker(name, f, c.mode())
+	if err := tr.start(ctx, h.Client, hubMCS); err != nil {
+		tr.close()
+		return nil, nil, err
+	}
+	return tr, hubMCS, nil
 }
 
 // runFloor measures the bare client against the floor hub.
 func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *testenv.Cluster, proxy *memberProxy, ch *changer) error {
-	hubMCS, err := mcsFor(floorHub)
+	tr, _, err := startTracker(ctx, "floor", f, c, floorHub)
 	if err != nil {
 		return err
 	}
-	tr := newTracker("floor", f, c.mode())
 	defer tr.close()
-	if err := tr.start(ctx, floorHub.Client, hubMCS); err != nil {
-		return err
-	}
 	fl, err := newFloor(f, c.mode(), floorHub.Config, float32(c.qps), c.burst, c.workers)
 	if err != nil {
 		return err
@@ -184,15 +193,11 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 
 // runDaemon measures endpoint-aggregator against the hub.
 func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testenv.Cluster, tmp string, ch *changer) (retErr error) {
-	hubMCS, err := mcsFor(hub)
+	tr, hubMCS, err := startTracker(ctx, "daemon", f, c, hub)
 	if err != nil {
 		return err
 	}
-	tr := newTracker("daemon", f, c.mode())
 	defer tr.close()
-	if err := tr.start(ctx, hub.Client, hubMCS); err != nil {
-		return err
-	}
 	logPath := filepath.Join(tmp, "endpoint-aggregator.log")
 	var d *daemonProc
 	defer func() {
@@ -585,76 +590,59 @@ func snapshotRVs(ctx context.Context, hub kubernetes.Interface, hubMCS mcsclient
 	out := map[string]string{}
 	ours := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String()
 	sliceSel := labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()
-	type lister func(opts metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error)
-	add := func(kind, sel string, list lister) error {
-		opts := metav1.ListOptions{LabelSelector: sel, Limit: 500}
-		for {
-			li, items, err := list(opts)
-			if err != nil {
-				return fmt.Errorf("hub: list %s: %w", kind, err)
-			}
-			for _, o := range items {
-				out[kind+"/"+o.GetName()] = o.GetResourceVersion()
-			}
-			if li.GetContinue() == "" {
-				return nil
-			}
-			opts.Continue = li.GetContinue()
-		}
+	kinds := []struct {
+		kind, selector string
+		list           func(opts metav1.ListOptions) (runtime.Object, error)
+	}{
+		{"endpointslices", sliceSel, func(o metav1.ListOptions) (runtime.Object, error) {
+			return hub.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, o)
+		}},
+		{"endpoints", ours, func(o metav1.ListOptions) (runtime.Object, error) {
+			return hub.CoreV1().Endpoints(appNamespace).List(ctx, o)
+		}},
+		{"services", ours, func(o metav1.ListOptions) (runtime.Object, error) {
+			return hub.CoreV1().Services(appNamespace).List(ctx, o)
+		}},
+		{"serviceimports", ours, func(o metav1.ListOptions) (runtime.Object, error) {
+			return hubMCS.MulticlusterV1beta1().ServiceImports(appNamespace).List(ctx, o)
+		}},
 	}
-	if err := add("endpointslices", sliceSel, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
-		l, err := hub.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, o)
-		if err != nil {
-			return nil, nil, err
+	for _, k := range kinds {
+		if err := addRVs(out, k.kind, k.selector, k.list); err != nil {
+			return nil, fmt.Errorf("hub: list %s: %w", k.kind, err)
 		}
-		objs := make([]metav1.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
-		}
-		return l, objs, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := add("endpoints", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
-		l, err := hub.CoreV1().Endpoints(appNamespace).List(ctx, o)
-		if err != nil {
-			return nil, nil, err
-		}
-		objs := make([]metav1.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
-		}
-		return l, objs, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := add("services", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
-		l, err := hub.CoreV1().Services(appNamespace).List(ctx, o)
-		if err != nil {
-			return nil, nil, err
-		}
-		objs := make([]metav1.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
-		}
-		return l, objs, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := add("serviceimports", ours, func(o metav1.ListOptions) (metav1.ListInterface, []metav1.Object, error) {
-		l, err := hubMCS.MulticlusterV1beta1().ServiceImports(appNamespace).List(ctx, o)
-		if err != nil {
-			return nil, nil, err
-		}
-		objs := make([]metav1.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
-		}
-		return l, objs, nil
-	}); err != nil {
-		return nil, err
 	}
 	return out, nil
+}
+
+// addRVs lists the objects that match selector page by page and records
+// their resourceVersions in out under kind/name.
+func addRVs(out map[string]string, kind, selector string, list func(metav1.ListOptions) (runtime.Object, error)) error {
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: 500}
+	for {
+		l, err := list(opts)
+		if err != nil {
+			return err
+		}
+		if err := meta.EachListItem(l, func(obj runtime.Object) error {
+			o, err := meta.Accessor(obj)
+			if err != nil {
+				return err
+			}
+			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+			return nil
+		}); err != nil {
+			return err
+		}
+		li, err := meta.ListAccessor(l)
+		if err != nil {
+			return err
+		}
+		if li.GetContinue() == "" {
+			return nil
+		}
+		opts.Continue = li.GetContinue()
+	}
 }
 
 // diffRVs counts the objects created, changed or deleted between snapshots.

@@ -22,6 +22,17 @@ const AssetsEnv = "ENDPOINT_AGGREGATOR_ASSETS"
 // into when CACHE_DIR is not overridden:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/endpoint-aggregator/bin/k8s-<ver>-etcd-<ver>.
 func DefaultAssetsDir() (string, error) {
+	bin, err := cacheBinDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, "k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion), nil
+}
+
+// cacheBinDir returns the directory the Makefile builds its binaries under
+// when CACHE_DIR is not overridden:
+// ${XDG_CACHE_HOME:-$HOME/.cache}/endpoint-aggregator/bin.
+func cacheBinDir() (string, error) {
 	base := os.Getenv("XDG_CACHE_HOME")
 	if base == "" {
 		home, err := os.UserHomeDir()
@@ -30,23 +41,28 @@ func DefaultAssetsDir() (string, error) {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "endpoint-aggregator", "bin",
-		"k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion), nil
+	return filepath.Join(base, "endpoint-aggregator", "bin"), nil
+}
+
+// envOrDefaultPath returns $env made absolute, or defaultPath() when env is
+// unset or empty.
+func envOrDefaultPath(env string, defaultPath func() (string, error)) (string, error) {
+	p := os.Getenv(env)
+	if p == "" {
+		d, err := defaultPath()
+		if err != nil {
+			return "", err
+		}
+		p = d
+	}
+	return filepath.Abs(p)
 }
 
 // AssetsDir returns the directory holding the control-plane binaries:
 // $ENDPOINT_AGGREGATOR_ASSETS if set, else [DefaultAssetsDir]. It checks
 // that kube-apiserver and etcd are there and executable.
 func AssetsDir() (string, error) {
-	dir := os.Getenv(AssetsEnv)
-	if dir == "" {
-		d, err := DefaultAssetsDir()
-		if err != nil {
-			return "", err
-		}
-		dir = d
-	}
-	abs, err := filepath.Abs(dir)
+	abs, err := envOrDefaultPath(AssetsEnv, DefaultAssetsDir)
 	if err != nil {
 		return "", err
 	}

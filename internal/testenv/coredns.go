@@ -36,25 +36,17 @@ const ClusterSetZone = "clusterset.local"
 // CACHE_DIR is not overridden:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/endpoint-aggregator/bin/coredns-<ver>/coredns.
 func DefaultCoreDNSPath() (string, error) {
-	assets, err := DefaultAssetsDir()
+	bin, err := cacheBinDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(filepath.Dir(assets), "coredns-"+CoreDNSVersion, "coredns"), nil
+	return filepath.Join(bin, "coredns-"+CoreDNSVersion, "coredns"), nil
 }
 
 // CoreDNSPath returns the coredns binary: $ENDPOINT_AGGREGATOR_COREDNS if
 // set, else [DefaultCoreDNSPath]. It checks that the file is executable.
 func CoreDNSPath() (string, error) {
-	path := os.Getenv(CoreDNSEnv)
-	if path == "" {
-		p, err := DefaultCoreDNSPath()
-		if err != nil {
-			return "", err
-		}
-		path = p
-	}
-	abs, err := filepath.Abs(path)
+	abs, err := envOrDefaultPath(CoreDNSEnv, DefaultCoreDNSPath)
 	if err != nil {
 		return "", err
 	}

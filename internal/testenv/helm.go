@@ -23,29 +23,17 @@ const HelmEnv = "ENDPOINT_AGGREGATOR_HELM"
 // not overridden:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/endpoint-aggregator/bin/helm-<ver>/helm.
 func DefaultHelmPath() (string, error) {
-	base := os.Getenv("XDG_CACHE_HOME")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("cannot locate the cache directory: %w", err)
-		}
-		base = filepath.Join(home, ".cache")
+	bin, err := cacheBinDir()
+	if err != nil {
+		return "", err
 	}
-	return filepath.Join(base, "endpoint-aggregator", "bin", "helm-"+HelmVersion, "helm"), nil
+	return filepath.Join(bin, "helm-"+HelmVersion, "helm"), nil
 }
 
 // HelmPath returns the helm binary: $ENDPOINT_AGGREGATOR_HELM if set, else
 // [DefaultHelmPath]. It checks that the file is executable.
 func HelmPath() (string, error) {
-	p := os.Getenv(HelmEnv)
-	if p == "" {
-		d, err := DefaultHelmPath()
-		if err != nil {
-			return "", err
-		}
-		p = d
-	}
-	abs, err := filepath.Abs(p)
+	abs, err := envOrDefaultPath(HelmEnv, DefaultHelmPath)
 	if err != nil {
 		return "", err
 	}

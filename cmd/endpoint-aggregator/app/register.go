@@ -103,7 +103,7 @@ func (o *registerOptions) validate() error {
 
 func newRegisterCommand() *cobra.Command {
 	o := newRegisterOptions()
-	cmd := &cobra.Command{
+	return newOperatorCommand(o, &cobra.Command{
 		Use:   "register --member-context M --hub-context H [--name N]",
 		Short: "Register a member cluster with the hub",
 		Long: `Register a member cluster with the hub.
@@ -146,16 +146,7 @@ content differs. --dry-run contacts no cluster and creates nothing anywhere.`,
 
   # Print the registration Secret without changing anything:
   endpoint-aggregator register --member-context east --hub-context hub --dry-run`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	o.addFlags(cmd)
-	return cmd
+	})
 }
 
 func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error {

@@ -47,7 +47,7 @@ func (o *statusOptions) validate() error {
 
 func newStatusCommand() *cobra.Command {
 	o := &statusOptions{kube: newKubeFlags(), Output: "table"}
-	cmd := &cobra.Command{
+	return newOperatorCommand(o, &cobra.Command{
 		Use:   "status --hub-context H [-o table|json|yaml]",
 		Short: "Show the registered members and what the hub holds of each",
 		Long: `Show the registered members and what the hub holds of each.
@@ -72,16 +72,7 @@ or a member that is being withdrawn).
   AGE                age of the registration Secret.`,
 		Example: `  endpoint-aggregator status --hub-context hub
   endpoint-aggregator status --hub-context hub -n endpoint-aggregator -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	o.addFlags(cmd)
-	return cmd
+	})
 }
 
 func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {

@@ -56,7 +56,7 @@ func (o *unregisterOptions) validate() error {
 
 func newUnregisterCommand() *cobra.Command {
 	o := &unregisterOptions{kube: newKubeFlags()}
-	cmd := &cobra.Command{
+	return newOperatorCommand(o, &cobra.Command{
 		Use:   "unregister --hub-context H --name N [--cleanup-member --member-context M]",
 		Short: "Unregister a member cluster from the hub",
 		Long: `Unregister a member cluster from the hub.
@@ -78,16 +78,7 @@ left alone. The identity is shared by every hub the member is registered with.`,
 
   # ... and remove its identity from the member:
   endpoint-aggregator unregister --hub-context hub --name east --cleanup-member --member-context east`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	o.addFlags(cmd)
-	return cmd
+	})
 }
 
 func (o *unregisterOptions) run(ctx context.Context, out, errOut io.Writer) error {

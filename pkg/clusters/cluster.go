@@ -20,6 +20,8 @@ import (
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
 )
 
 // sliceServiceIndex indexes member EndpointSlices by "<namespace>/<service>".
@@ -229,6 +231,7 @@ func stripMemberObject(obj interface{}) (interface{}, error) {
 			o.Endpoints[i].TargetRef = nil
 			o.Endpoints[i].DeprecatedTopology = nil
 		}
+		compact.EndpointSlice(o)
 	case *mcsv1beta1.ServiceExport:
 		o.ManagedFields = nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,6 +27,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -415,10 +417,17 @@ func sourceIndex(obj interface{}) ([]string, error) {
 
 func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
 
-// stripHubObject drops managed fields from hub objects before caching.
+// stripHubObject drops managed fields from hub objects before caching and
+// shares the values their endpoints repeat.
 func stripHubObject(obj interface{}) (interface{}, error) {
 	if m, err := metaOf(obj); err == nil {
 		m.SetManagedFields(nil)
+	}
+	switch o := obj.(type) {
+	case *discoveryv1.EndpointSlice:
+		compact.EndpointSlice(o)
+	case *corev1.Endpoints:
+		compact.Endpoints(o)
 	}
 	return obj, nil
 }

@@ -238,6 +238,11 @@ func TestChartPassesValuesAsFlags(t *testing.T) {
 		"--set", "hubIsMember=true",
 		"--set", "hubClusterName=central",
 		"--set", "memberSyncTimeout=1m30s",
+		"--set", "memberHealth.probeInterval=2s",
+		"--set", "memberHealth.probeTimeout=3s",
+		"--set", "memberHealth.leaseDuration=0s",
+		"--set", "unreachable.grace=45s",
+		"--set", "unreachable.withdraw=10m",
 		"--set", "replicas=1",
 		"--set", "leaderElection.enabled=false",
 		"--set", "metrics.port=9090",
@@ -249,20 +254,25 @@ func TestChartPassesValuesAsFlags(t *testing.T) {
 		t.Fatalf("args %q: %v", c.Args, err)
 	}
 	for flag, want := range map[string]string{
-		"export-mode":          "all",
-		"per-cluster-services": "headless",
-		"create-namespaces":    "true",
-		"workers":              "7",
-		"include-namespaces":   "[shop,shipping]",
-		"exclude-namespaces":   "[]",
-		"write-export-status":  "false",
-		"hub-is-member":        "true",
-		"hub-cluster-name":     "central",
-		"member-sync-timeout":  "1m30s",
-		"leader-elect":         "false",
-		"metrics-bind-address": ":9090",
-		"v":                    "3",
-		"kube-api-qps":         "80",
+		"export-mode":           "all",
+		"per-cluster-services":  "headless",
+		"create-namespaces":     "true",
+		"workers":               "7",
+		"include-namespaces":    "[shop,shipping]",
+		"exclude-namespaces":    "[]",
+		"write-export-status":   "false",
+		"hub-is-member":         "true",
+		"hub-cluster-name":      "central",
+		"member-sync-timeout":   "1m30s",
+		"member-probe-interval": "2s",
+		"member-probe-timeout":  "3s",
+		"member-lease-duration": "0s",
+		"unreachable-grace":     "45s",
+		"unreachable-withdraw":  "10m0s",
+		"leader-elect":          "false",
+		"metrics-bind-address":  ":9090",
+		"v":                     "3",
+		"kube-api-qps":          "80",
 	} {
 		f := run.Flags().Lookup(flag)
 		if f == nil {
@@ -298,6 +308,10 @@ func TestChartDeploymentIsHardened(t *testing.T) {
 	if len(c.Env) == 0 || c.Env[0].Name != "POD_NAMESPACE" || c.Env[0].ValueFrom == nil ||
 		c.Env[0].ValueFrom.FieldRef == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
 		t.Errorf("env %+v: want POD_NAMESPACE from metadata.namespace", c.Env)
+	}
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" }); i < 0 ||
+		c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.ResourceFieldRef == nil || c.Env[i].ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("env %+v: want GOMEMLIMIT from limits.memory", c.Env)
 	}
 	for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Port.String() != "metrics" {

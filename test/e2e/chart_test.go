@@ -66,9 +66,9 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 	forbidden := &forbiddenRecorder{}
 
 	// Annotation mode, as the other e2e tests; member liveness Leases renewed
-	// every second (through the chart's extraArgs), so that the test sees
+	// every second (memberHealth.leaseDuration=4s), so that the test sees
 	// them created and deleted quickly.
-	values := []string{"--set", "exportMode=annotation", "--set-json", `extraArgs=["--member-lease-duration=4s"]`}
+	values := []string{"--set", "exportMode=annotation", "--set", "memberHealth.leaseDuration=4s"}
 	manifests := installChart(t, e, kubectl, values...)
 	for _, get := range []func() error{
 		func() error {

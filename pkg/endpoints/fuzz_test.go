@@ -164,6 +164,34 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 	}
 }
 
+// An unnamed port beside named ones is dropped; the endpoints stay.
+func TestSanitizeDropsAnUnnamedPortBesideNamedOnes(t *testing.T) {
+	sl := &discoveryv1.EndpointSlice{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}},
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To(""), Port: ptr.To[int32](8080)},
+			{Name: ptr.To("metrics"), Port: ptr.To[int32](9090)},
+		},
+	}
+	before := sl.DeepCopy()
+	out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}})
+	if dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
+		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
+	}
+	if ps := out.Slices[0].Ports; len(ps) != 1 || *ps[0].Name != "metrics" {
+		t.Errorf("ports %+v, want metrics only", ps)
+	}
+	if !equalSlices(before, sl) {
+		t.Error("input mutated")
+	}
+	// One unnamed port alone is fine.
+	sl.Ports = sl.Ports[:1]
+	if out, _ := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}); out.Slices[0] != sl {
+		t.Error("a slice with one unnamed port was changed")
+	}
+}
+
 func equalSlices(a, b *discoveryv1.EndpointSlice) bool {
 	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }

@@ -145,8 +145,15 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 			np := numberProtocol{p.Port, p.Protocol}
 			_, named := byName[p.Name]
 			_, numbered := names[np]
-			if e.LastKnown && (named || numbered) {
+			// A Service may have one unnamed port, or only named ones.
+			_, unnamedTaken := byName[""]
+			mixes := len(byName) > 0 && !named && (p.Name == "" || unnamedTaken)
+			if e.LastKnown && (named || numbered || mixes) {
 				continue // a live export's port stands
+			}
+			if mixes {
+				log.add(PortConflict, fmt.Sprintf("unnamed port beside named ports (%d/%s)", p.Port, p.Protocol), firstOwner(owner), e.Cluster)
+				continue
 			}
 			if cur, ok := byName[p.Name]; ok {
 				if cur.Port != p.Port || cur.Protocol != p.Protocol || !ptrEqual(cur.AppProtocol, p.AppProtocol) {
@@ -166,6 +173,11 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 		out = append(out, byName[name])
 	}
 	return out
+}
+
+// firstOwner returns the cluster owning the first port by name.
+func firstOwner(owner map[string]string) string {
+	return owner[slices.Min(slices.Collect(maps.Keys(owner)))]
 }
 
 // mergeExported returns the union of the maps get returns for the exports;

@@ -401,3 +401,30 @@ func TestLastKnownExportKeepsClusterAndUnclaimedPortsWithoutConflicts(t *testing
 		t.Errorf("ports from the per-cluster Service = %+v", ps)
 	}
 }
+
+// A Service has one unnamed port or only named ones: an export that would
+// mix them into the union loses its port, whichever side is older.
+func TestMergeImportNeverMixesUnnamedAndNamedPorts(t *testing.T) {
+	unnamed := []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}
+	named := []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}
+	for _, tc := range []struct {
+		name        string
+		first, then []corev1.ServicePort
+	}{{"unnamed first", unnamed, named}, {"named first", named, unnamed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, exports := range permutations([]Export{
+				testExport("east", 0, func(e *Export) { e.Service.Spec.Ports = tc.first }),
+				testExport("west", 1, func(e *Export) { e.Service.Spec.Ports = tc.then }),
+			}) {
+				res := MergeImport(testNamespace, testService, exports)
+				ports := res.Import.Spec.Ports
+				if len(ports) != 1 || ports[0].Name != tc.first[0].Name || ports[0].Port != tc.first[0].Port {
+					t.Errorf("ports = %+v, want the oldest export's %+v only", ports, tc.first)
+				}
+				if len(res.Conflicts) != 1 || res.Conflicts[0].Reason != PortConflict || !slices.Equal(res.Conflicts[0].Clusters, []string{"west"}) {
+					t.Errorf("conflicts = %+v, want a PortConflict for west", res.Conflicts)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,7 +16,9 @@ const maxMemberSliceEndpoints = 1000
 // Sanitize returns src without what the hub's API server would reject or a
 // well-behaved member could never have sent: endpoints whose address is not
 // an address of the slice's type, or whose hostname, node name or zone is
-// invalid; slices with invalid ports; endpoints past the per-slice limit.
+// invalid; slices with invalid ports; endpoints past the per-slice limit;
+// an unnamed port beside named ones (no Service port can map to it, and
+// Endpoints subsets could not hold it).
 // Each endpoint keeps only its first address, the one consumers use. dropped
 // counts the endpoints removed. src is not modified; when nothing is
 // dropped, the slices are returned as they are.
@@ -53,21 +56,29 @@ func sanitizeSlice(sl *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, i
 	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
 		return sl, 0 // FQDN slices are never aggregated anyway
 	}
+	unnamed := 0
 	for _, p := range sl.Ports {
 		if !validPort(p) {
 			return nil, len(sl.Endpoints)
 		}
+		if p.Name == nil || *p.Name == "" {
+			unnamed++
+		}
 	}
+	dropPorts := unnamed > 0 && len(sl.Ports) > 1
 	bad := 0
 	for i := range sl.Endpoints {
 		if i >= maxMemberSliceEndpoints || !validEndpoint(sl.AddressType, &sl.Endpoints[i]) || len(sl.Endpoints[i].Addresses) > 1 {
 			bad++
 		}
 	}
-	if bad == 0 {
+	if bad == 0 && !dropPorts {
 		return sl, 0
 	}
 	c := sl.DeepCopy()
+	if dropPorts {
+		c.Ports = slices.DeleteFunc(c.Ports, func(p discoveryv1.EndpointPort) bool { return p.Name == nil || *p.Name == "" })
+	}
 	c.Endpoints = c.Endpoints[:0]
 	dropped := 0
 	for i, ep := range sl.Endpoints {

@@ -29,7 +29,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		}
 		k := Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}
 		c.add(k, bulk)
-		c.add(k.ClusterSet(), bulk)
+		c.addFor(cluster, k.ClusterSet(), bulk)
 	}
 	slice := func(obj interface{}, bulk bool) {
 		m, err := metaOf(obj)
@@ -73,7 +73,7 @@ func (c *Controller) ClusterSynced(cluster string) {
 			}
 			k := Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}
 			c.add(k, true)
-			c.add(k.ClusterSet(), true)
+			c.addFor(cluster, k.ClusterSet(), true)
 		}
 	}
 	c.enqueueClusterObjects(cluster)
@@ -228,13 +228,15 @@ func changeHandler(f func(obj interface{}, bulk bool)) cache.ResourceEventHandle
 	}
 }
 
-// add queues key in the bulk lane or the live one.
+// add queues key in the bulk lane or the live one, in its member's turn.
 func (c *Controller) add(key Key, bulk bool) {
-	if bulk {
-		c.lanes.markBulk(key)
-	} else {
-		c.lanes.markLive(key)
-	}
+	c.lanes.mark(key, bulk, key.Cluster)
+	c.queue.Add(key)
+}
+
+// addFor queues a clusterset key in the turn of the member that changed.
+func (c *Controller) addFor(cluster string, key Key, bulk bool) {
+	c.lanes.mark(key, bulk, cluster)
 	c.queue.Add(key)
 }
 

@@ -15,11 +15,7 @@ func laneQueue() (*workqueue.Typed[Key], *lanes) {
 }
 
 func add(q *workqueue.Typed[Key], l *lanes, key Key, bulk bool) {
-	if bulk {
-		l.markBulk(key)
-	} else {
-		l.markLive(key)
-	}
+	l.mark(key, bulk, key.Cluster)
 	q.Add(key)
 }
 
@@ -90,5 +86,43 @@ func TestLanesKeepTheLaneOfAddsMadeDuringASync(t *testing.T) {
 				t.Fatalf("order %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// A member that changes many services at once does not hold another
+// member's change behind all of them: members take turns.
+func TestLanesLetMembersTakeTurns(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	for i := 0; i < 100; i++ {
+		add(q, l, Key{Cluster: "east", Namespace: "shop", Name: fmt.Sprintf("svc-%03d", i)}, false)
+	}
+	west := Key{Cluster: "west", Namespace: "shop", Name: "cart"}
+	add(q, l, west, false)
+	// west's clusterset key waits in west's turn, not behind east's.
+	l.mark(west.ClusterSet(), false, "west")
+	q.Add(west.ClusterSet())
+	var order []Key
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		order = append(order, k)
+		q.Done(k)
+	}
+	pos := func(k Key) int {
+		for i, o := range order {
+			if o == k {
+				return i
+			}
+		}
+		return -1
+	}
+	if p := pos(west); p < 0 || p > 1 {
+		t.Errorf("west's change served %d-th behind east's 100", p)
+	}
+	if p := pos(west.ClusterSet()); p < 0 || p > 3 {
+		t.Errorf("west's clusterset key served %d-th", p)
+	}
+	if len(order) != 102 {
+		t.Errorf("served %d keys, want 102", len(order))
 	}
 }

@@ -25,7 +25,8 @@ const (
 )
 
 // runMemberLeases publishes one Lease per member in the daemon's namespace,
-// renewed every quarter of its duration while the member is synced and
+// renewed every quarter of its duration (the renewals spread evenly over
+// that time) while the member is synced and
 // answers its health probe, so anyone can tell a live member from a dead one
 // with `kubectl get leases`. Leases of unregistered members are deleted.
 func (c *Controller) runMemberLeases(ctx context.Context) {
@@ -43,10 +44,23 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 			}
 		}
 	}
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	period := c.opts.LeaseDuration / 4
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		registered := map[string]bool{}
-		for _, name := range c.members.Names() {
+		names := c.members.Names()
+		// Spread the renewals over most of the period: a burst of one
+		// write per member at once would stall the syncs' hub writes.
+		pace := time.NewTicker(max(time.Millisecond, period*4/5/time.Duration(max(1, len(names)))))
+		defer pace.Stop()
+		for i, name := range names {
 			registered[name] = true
+			if i > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-pace.C:
+				}
+			}
 			m := c.members.Member(name)
 			if m == nil || !m.HasSynced() {
 				continue
@@ -71,7 +85,7 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 				delete(known, name)
 			}
 		}
-	}, c.opts.LeaseDuration/4)
+	}, period)
 }
 
 // renewLease creates or renews a member's Lease; last is what we last wrote

@@ -47,7 +47,7 @@ func daemonArgs(c *config, hubKubeconfig, metricsAddr string) []string {
 	if c.profileDir != "" {
 		args = append(args, "--profiling")
 	}
-	return args
+	return append(args, c.daemonFlags...)
 }
 
 // startDaemon starts the binary with args (a --metrics-bind-address among

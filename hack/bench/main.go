@@ -53,6 +53,7 @@ type config struct {
 	profileDir    string
 	timeout       time.Duration
 	keepLogs      bool
+	daemonFlags   []string
 }
 
 func main() {
@@ -75,6 +76,10 @@ func main() {
 	flag.StringVar(&c.profileDir, "profile-dir", "", "collect CPU and heap profiles of the daemon into this directory (needs a binary that serves /debug/pprof with --profiling)")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&c.keepLogs, "keep-logs", false, "keep the daemon's logs (printed path) instead of removing them")
+	flag.Func("daemon-flag", "one more flag for the daemon, e.g. -daemon-flag=--member-lease-duration=0 (repeatable; for diagnosis: the report says the run was not the default)", func(v string) error {
+		c.daemonFlags = append(c.daemonFlags, v)
+		return nil
+	})
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())

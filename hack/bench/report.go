@@ -32,17 +32,18 @@ type results struct {
 }
 
 type params struct {
-	Members             int     `json:"members"`
-	ServicesPerMember   int     `json:"servicesPerMember"`
-	EndpointsPerService int     `json:"endpointsPerService"`
-	AggregatedEndpoints int     `json:"aggregatedEndpoints"`
-	Churn               float64 `json:"churnPerSecond"`
-	ChurnSeconds        float64 `json:"churnSeconds"`
-	Changes             int     `json:"changes"`
-	Workers             int     `json:"workers"`
-	QPS                 float64 `json:"qps"`
-	Burst               int     `json:"burst"`
-	PerClusterServices  string  `json:"perClusterServices"`
+	Members             int      `json:"members"`
+	ServicesPerMember   int      `json:"servicesPerMember"`
+	EndpointsPerService int      `json:"endpointsPerService"`
+	AggregatedEndpoints int      `json:"aggregatedEndpoints"`
+	Churn               float64  `json:"churnPerSecond"`
+	ChurnSeconds        float64  `json:"churnSeconds"`
+	Changes             int      `json:"changes"`
+	Workers             int      `json:"workers"`
+	QPS                 float64  `json:"qps"`
+	Burst               int      `json:"burst"`
+	PerClusterServices  string   `json:"perClusterServices"`
+	DaemonFlags         []string `json:"daemonFlags,omitempty"`
 	// WritesPerChange is what one member endpoint change must write: the
 	// hub slice holding it, and the per-cluster Endpoints unless off.
 	WritesPerChange int `json:"writesPerChange"`
@@ -158,7 +159,7 @@ func newResults(c *config) *results {
 			Members: c.members, ServicesPerMember: c.services, EndpointsPerService: c.endpoints,
 			AggregatedEndpoints: c.members * c.services * c.endpoints,
 			Churn:               c.churn, ChurnSeconds: c.churnDuration.Seconds(), Changes: c.changes,
-			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster,
+			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster, DaemonFlags: c.daemonFlags,
 			WritesPerChange: wpc,
 		},
 	}
@@ -268,7 +269,8 @@ func (r *results) finish(proxyRequests int64) {
 
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("Scale: %d simulated members × %d services × %d endpoints = %d aggregated endpoints; per-cluster Services %s; daemon and floor: %d workers, QPS %g, burst %d.",
-			p.Members, p.ServicesPerMember, p.EndpointsPerService, p.AggregatedEndpoints, p.PerClusterServices, p.Workers, p.QPS, p.Burst),
+			p.Members, p.ServicesPerMember, p.EndpointsPerService, p.AggregatedEndpoints, p.PerClusterServices, p.Workers, p.QPS, p.Burst)+
+			extraFlags(p.DaemonFlags),
 		fmt.Sprintf("Daemon cold start: ready (every member synced) after %.1f s, converged after %.1f s, %.1f CPU-seconds; writes %s; %.0f syncs (%s) for %d member services and %d clusterset services.",
 			d.ReadySeconds, d.ColdSeconds, d.ColdCPUSeconds, d.ColdWritesDetail, d.ColdSyncs, d.ColdSyncsDetail,
 			p.Members*p.ServicesPerMember, p.ServicesPerMember),
@@ -422,4 +424,12 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// extraFlags tells about daemon flags a run added to the defaults.
+func extraFlags(flags []string) string {
+	if len(flags) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" Not the default run: the daemon also had %q.", flags)
 }

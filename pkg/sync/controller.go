@@ -235,10 +235,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	for resource, inf := range map[string]cache.SharedIndexInformer{
 		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
 	} {
-		if _, err := inf.AddEventHandler(c.written.observer(resource)); err != nil {
-			return nil, err
-		}
-		if _, err := inf.AddEventHandler(changeHandler(c.enqueueHub)); err != nil {
+		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
 		}
 	}

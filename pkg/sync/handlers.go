@@ -151,9 +151,40 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
 		for _, o := range inf.GetStore().List() {
 			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
-				c.enqueueHub(o, true)
+				c.enqueueHub(o)
 			}
 		}
+	}
+}
+
+// hubHandler handles the events of one hub cache: it tells written what the
+// cache has seen and queues the owner of any change that is not the echo of
+// our own write, so that a change made by someone else is undone.
+func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, _ bool) {
+			if !c.written.seen(resource, obj, false) {
+				c.enqueueHub(obj)
+			}
+		},
+		UpdateFunc: func(old, cur interface{}) {
+			o, err1 := metaOf(old)
+			n, err2 := metaOf(cur)
+			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return
+			}
+			if !c.written.seen(resource, cur, false) {
+				c.enqueueHub(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if !c.written.seen(resource, obj, true) {
+				c.enqueueHub(obj)
+			}
+		},
 	}
 }
 
@@ -161,7 +192,7 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // change made by someone else is undone and a deleted object comes back.
 // Most hub events are the echo of our own writes, so they always queue in
 // bulk: member changes go first.
-func (c *Controller) enqueueHub(obj interface{}, _ bool) {
+func (c *Controller) enqueueHub(obj interface{}) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return

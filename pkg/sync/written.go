@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 )
 
 // writtenTTL bounds how long a write is trusted over the cache. Its watch
@@ -125,34 +124,26 @@ func (w *written) sourceNames(source string) []string {
 	return out
 }
 
-// observer returns the event handler that tells w what a hub cache has seen.
-func (w *written) observer(resource string) cache.ResourceEventHandler {
-	seen := func(obj interface{}, gone bool) {
-		m, err := metaOf(obj)
-		if err != nil {
-			return
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		ref := objectRef{resource, m.GetNamespace(), m.GetName()}
-		o, ok := w.objs[ref]
-		if !ok {
-			return
-		}
-		if (o.obj == nil && gone) || (o.obj != nil && !gone && o.obj.GetResourceVersion() == m.GetResourceVersion()) {
-			w.dropLocked(ref)
-		}
+// seen tells w what a hub cache has just seen of an object (gone: its
+// deletion) and reports whether that was the echo of our own last write of
+// it, which needs no sync.
+func (w *written) seen(resource string, obj interface{}, gone bool) bool {
+	m, err := metaOf(obj)
+	if err != nil {
+		return false
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { seen(obj, false) },
-		UpdateFunc: func(_, cur interface{}) { seen(cur, false) },
-		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			seen(obj, true)
-		},
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ref := objectRef{resource, m.GetNamespace(), m.GetName()}
+	o, ok := w.objs[ref]
+	if !ok {
+		return false
 	}
+	echo := (o.obj == nil && gone) || (o.obj != nil && !gone && o.obj.GetResourceVersion() == m.GetResourceVersion())
+	if echo {
+		w.dropLocked(ref)
+	}
+	return echo
 }
 
 // sliceSource is the source key of one of our slices, "" for other kinds.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 )
 
@@ -85,29 +84,28 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 	svc := func(rv string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
 	}
-	h := w.observer(resourceService)
 	tracked := func() bool {
 		_, ok := w.get(resourceService, "shop", "cart-c1")
 		return ok
 	}
 
 	w.wrote(resourceService, svc("2"))
-	h.OnUpdate(svc("0"), svc("1")) // an older event: still behind
-	if !tracked() {
-		t.Fatal("forgotten on an event older than the write")
+	if w.seen(resourceService, svc("1"), false) || !tracked() {
+		t.Fatal("an event older than the write was taken for its echo")
 	}
-	h.OnUpdate(svc("1"), svc("2"))
-	if tracked() {
-		t.Fatal("still tracked after the cache saw the write")
+	if !w.seen(resourceService, svc("2"), false) || tracked() {
+		t.Fatal("the echo of the write was not recognised, or the write is still tracked")
+	}
+	if w.seen(resourceService, svc("3"), false) {
+		t.Fatal("someone else's later write was taken for our echo")
 	}
 
 	w.deleted(resourceService, svc("2"))
 	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o != nil {
 		t.Fatalf("a deleted object reads as %v, %v", o, ok)
 	}
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "shop/cart-c1", Obj: svc("2")})
-	if tracked() {
-		t.Fatal("still tracked after the cache saw the delete")
+	if !w.seen(resourceService, svc("2"), true) || tracked() {
+		t.Fatal("the echo of the delete was not recognised")
 	}
 
 	w.wrote(resourceService, svc("3"))

@@ -232,9 +232,11 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
 		return nil, err
 	}
+	c.written.caches = map[string]cache.Store{}
 	for resource, inf := range map[string]cache.SharedIndexInformer{
 		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
 	} {
+		c.written.caches[resource] = inf.GetStore()
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 )
 
 // writtenTTL bounds how long a write is trusted over the cache. Its watch
@@ -32,6 +33,10 @@ type written struct {
 	// sources indexes the slices among objs by sourceKey.
 	sources map[string]sets.Set[objectRef]
 	now     func() time.Time
+	// caches are the hub caches by resource. A watch event can beat the
+	// response to the write it reports: a write the cache already holds is
+	// not recorded, or its echo would never come to clear it.
+	caches map[string]cache.Store
 }
 
 type objectRef struct{ resource, namespace, name string }
@@ -60,10 +65,42 @@ func (w *written) deleted(resource string, obj hubObject) {
 	w.put(refOf(resource, obj), writtenObject{source: sliceSource(resource, obj)})
 }
 
+// cached returns the resourceVersion of the cached object, whether it is
+// cached, and whether there is a cache to ask.
+func (w *written) cached(ref objectRef) (rv string, present, known bool) {
+	store := w.caches[ref.resource]
+	if store == nil {
+		return "", false, false
+	}
+	key := ref.name
+	if ref.namespace != "" {
+		key = ref.namespace + "/" + ref.name
+	}
+	obj, ok, err := store.GetByKey(key)
+	if err != nil || !ok {
+		return "", false, true
+	}
+	m, err := metaOf(obj)
+	if err != nil {
+		return "", false, true
+	}
+	return m.GetResourceVersion(), true, true
+}
+
 func (w *written) put(ref objectRef, o writtenObject) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dropLocked(ref)
+	// The lock is held from this check to the insert: an echo handled
+	// meanwhile waits for the entry in seen.
+	if rv, present, known := w.cached(ref); known {
+		if o.obj != nil && present && rv == o.obj.GetResourceVersion() {
+			return // the cache is already there
+		}
+		if o.obj == nil && !present {
+			return
+		}
+	}
 	o.at = w.now()
 	w.objs[ref] = o
 	if o.source != "" {

@@ -25,7 +25,8 @@ import (
 // the daemon writes (the same kinds, names, labels and content, computed by
 // the daemon's own pure package), with the daemon's client QPS and burst
 // and its number of workers, and nothing else: no member informers per
-// cluster, no hub caches, no comparisons. Its times are what the API server
+// cluster, no hub caches, no comparisons. It also keeps the member liveness
+// Leases the daemon keeps, at the same rate (keepLeases). Its times are what the API server
 // allows; the daemon is measured against them.
 type floor struct {
 	f       *fleet
@@ -35,6 +36,8 @@ type floor struct {
 	workers int
 	keys    []*floorKey // m*len(services)+s
 	writes  atomic.Int64
+	// leaseWrites counts the member Lease writes (see keepLeases).
+	leaseWrites atomic.Int64
 }
 
 // floorKey is what the floor last wrote for one member service.

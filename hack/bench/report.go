@@ -83,6 +83,7 @@ type floorResults struct {
 	Churn                latencyStats `json:"churn"`
 	ChurnWritesPerChange float64      `json:"churnWritesPerChange"`
 	ControllerErrors     int64        `json:"controllerErrors"`
+	LeaseWrites          int64        `json:"leaseWrites"`
 }
 
 type daemonResults struct {
@@ -293,6 +294,8 @@ func (r *results) finish(proxyRequests int64) {
 			d.BacklogKeys, d.BacklogRemainingAtLiveChange, d.BacklogDrainSeconds, d.BacklogMissing, d.BacklogWrites),
 		fmt.Sprintf("Load average before/after the run: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	)
+	r.Notes = append(r.Notes, fmt.Sprintf("The floor kept the %d member liveness Leases as the daemon does (renewed every %s, spread over that time): %d Lease writes, not counted in its hub writes.",
+		p.Members, memberLeaseDuration/4, f.LeaseWrites))
 	if f.ControllerErrors > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("The floor's change writer failed %d times (see the log): its figures are suspect.", f.ControllerErrors))
 	}

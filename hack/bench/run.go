@@ -141,6 +141,10 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 		return err
 	}
 
+	leaseCtx, stopLeases := context.WithCancel(ctx)
+	defer stopLeases()
+	go fl.keepLeases(leaseCtx)
+
 	jobs := fl.coldJobs()
 	logf("floor: writing every hub object (%d jobs, %d workers, QPS %g, burst %d)", len(jobs), c.workers, c.qps, c.burst)
 	t0 := time.Now()
@@ -188,6 +192,7 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 		logf("floor: churn %.0f/s achieved, p50 %.1fms p99 %.1fms", r.Floor.Churn.Rate, r.Floor.Churn.P50, r.Floor.Churn.P99)
 	}
 	r.Floor.ControllerErrors = fc.errors.Load()
+	r.Floor.LeaseWrites = fl.leaseWrites.Load()
 	return ctx.Err()
 }
 

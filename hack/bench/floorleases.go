@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// memberLeaseDuration is the daemon's default --member-lease-duration.
+const memberLeaseDuration = 40 * time.Second
+
+// keepLeases is the floor's share of the member liveness Leases, hub objects
+// the daemon must write too: one Lease per member in the floor hub, created,
+// then renewed every quarter of memberLeaseDuration with the renewals spread
+// over that time, as the daemon does, until ctx ends. Its writes are counted
+// apart, as the daemon's are.
+func (fl *floor) keepLeases(ctx context.Context) {
+	if err := createNamespace(ctx, fl.hub, daemonNamespace); err != nil {
+		logf("floor: leases: %v", err)
+		return
+	}
+	api := fl.hub.CoordinationV1().Leases(daemonNamespace)
+	leases := make([]*coordinationv1.Lease, len(fl.f.members))
+	period := memberLeaseDuration / 4
+	pace := time.NewTicker(period * 4 / 5 / time.Duration(max(1, len(leases))))
+	defer pace.Stop()
+	for {
+		round := time.Now()
+		for i, m := range fl.f.members {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			now := metav1.NewMicroTime(time.Now())
+			var err error
+			if leases[i] == nil {
+				leases[i], err = api.Create(ctx, &coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: easync.MemberLeasePrefix + m},
+					Spec: coordinationv1.LeaseSpec{
+						HolderIdentity:       ptr.To("endpoint-aggregator-bench-floor"),
+						LeaseDurationSeconds: ptr.To(int32(memberLeaseDuration / time.Second)),
+						AcquireTime:          &now,
+						RenewTime:            &now,
+					},
+				}, metav1.CreateOptions{})
+			} else {
+				l := leases[i].DeepCopy()
+				l.Spec.RenewTime = &now
+				leases[i], err = api.Update(ctx, l, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				leases[i] = nil
+				if ctx.Err() == nil {
+					logf("floor: lease %s: %v", m, err)
+				}
+				continue
+			}
+			fl.leaseWrites.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(round.Add(period))):
+		}
+	}
+}

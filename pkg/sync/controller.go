@@ -233,6 +233,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		return nil, err
 	}
 	c.written.caches = map[string]cache.Store{}
+	c.written.requeue = c.enqueueHub
 	for resource, inf := range map[string]cache.SharedIndexInformer{
 		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
 	} {

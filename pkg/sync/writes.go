@@ -132,11 +132,13 @@ func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
 // not own for key, it reports a conflict instead of touching it; if it is
 // ours (our cache lags), the error makes the key retry.
 func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, obj T) (T, error) {
+	c.written.begin(o.resource, obj)
 	out, err := o.create(ctx, obj)
 	c.countWrite(o.resource, verbCreate, err)
 	if err == nil {
 		c.written.wrote(o.resource, out)
 	}
+	c.written.end(o.resource, obj, okOrNil(out, err), false)
 	if apierrors.IsAlreadyExists(err) {
 		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
@@ -152,16 +154,26 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 }
 
 func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
+	c.written.begin(o.resource, obj)
 	out, err := o.update(ctx, obj)
 	c.countWrite(o.resource, verbUpdate, err)
 	if err == nil {
 		c.written.wrote(o.resource, out)
 	}
+	c.written.end(o.resource, obj, okOrNil(out, err), false)
 	if apierrors.IsConflict(err) {
 		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		return out, fmt.Errorf("updating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
 	return out, err
+}
+
+// okOrNil returns out when the write succeeded, else nil.
+func okOrNil[T hubObject](out T, err error) hubObject {
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // remove deletes one of our hub objects, preconditioned on the UID we saw so
@@ -173,8 +185,10 @@ func remove[T hubObject](ctx context.Context, c *Controller, o ops[T], live T) e
 	if uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
+	c.written.begin(o.resource, live)
 	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
 	c.countWrite(o.resource, verbDelete, err)
+	c.written.end(o.resource, live, nil, err == nil || apierrors.IsNotFound(err))
 	switch {
 	case err == nil || apierrors.IsNotFound(err):
 		c.written.deleted(o.resource, live)

@@ -33,6 +33,12 @@ type written struct {
 	// sources indexes the slices among objs by sourceKey.
 	sources map[string]sets.Set[objectRef]
 	now     func() time.Time
+	// inflight holds, for each object being written, the events its cache
+	// delivered meanwhile (resourceVersions, "" for a delete): most are the
+	// echo of that write, racing its response; end sorts them out.
+	inflight map[objectRef][]string
+	// requeue queues the owner of an object (enqueueHub).
+	requeue func(obj interface{})
 	// caches are the hub caches by resource. A watch event can beat the
 	// response to the write it reports: a write the cache already holds is
 	// not recorded, or its echo would never come to clear it.
@@ -48,7 +54,8 @@ type writtenObject struct {
 }
 
 func newWritten() *written {
-	return &written{objs: map[objectRef]writtenObject{}, sources: map[string]sets.Set[objectRef]{}, now: time.Now}
+	return &written{objs: map[objectRef]writtenObject{}, sources: map[string]sets.Set[objectRef]{}, inflight: map[objectRef][]string{},
+		now: time.Now, requeue: func(interface{}) {}}
 }
 
 func refOf(resource string, obj hubObject) objectRef {
@@ -161,9 +168,36 @@ func (w *written) sourceNames(source string) []string {
 	return out
 }
 
+// begin says a write of obj is being sent; end must follow.
+func (w *written) begin(resource string, obj hubObject) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight[refOf(resource, obj)] = []string{}
+}
+
+// end says the write of obj begun is done: out is what the API server
+// returned (nil after a delete or a failure), deleted whether it was a
+// successful delete. Events held back meanwhile that were not its echo
+// queue obj's owner, as seen would have.
+func (w *written) end(resource string, obj, out hubObject, deleted bool) {
+	w.mu.Lock()
+	ref := refOf(resource, obj)
+	held := w.inflight[ref]
+	delete(w.inflight, ref)
+	w.mu.Unlock()
+	for _, rv := range held {
+		echo := (deleted && rv == "") || (out != nil && rv == out.GetResourceVersion())
+		if !echo {
+			w.requeue(obj)
+			return
+		}
+	}
+}
+
 // seen tells w what a hub cache has just seen of an object (gone: its
 // deletion) and reports whether that was the echo of our own last write of
-// it, which needs no sync.
+// it, which needs no sync. While a write of the object is in flight, the
+// event is held for end to judge.
 func (w *written) seen(resource string, obj interface{}, gone bool) bool {
 	m, err := metaOf(obj)
 	if err != nil {
@@ -172,6 +206,14 @@ func (w *written) seen(resource string, obj interface{}, gone bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ref := objectRef{resource, m.GetNamespace(), m.GetName()}
+	if held, ok := w.inflight[ref]; ok {
+		rv := m.GetResourceVersion()
+		if gone {
+			rv = ""
+		}
+		w.inflight[ref] = append(held, rv)
+		return true
+	}
 	o, ok := w.objs[ref]
 	if !ok {
 		return false

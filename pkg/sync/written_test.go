@@ -114,3 +114,43 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 		t.Fatal("a write whose event never came is trusted past the TTL")
 	}
 }
+
+// An event that arrives while the write it may echo is in flight is held
+// back; once the write is done, only an event that was not its echo queues
+// the owner.
+func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
+	w := newWritten()
+	var requeued []string
+	w.requeue = func(obj interface{}) {
+		m, _ := metaOf(obj)
+		requeued = append(requeued, m.GetResourceVersion())
+	}
+	svc := func(rv string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
+	}
+	w.begin(resourceService, svc("4"))
+	if !w.seen(resourceService, svc("5"), false) {
+		t.Fatal("an event racing a write was not held")
+	}
+	w.end(resourceService, svc("4"), svc("5"), false)
+	if len(requeued) != 0 {
+		t.Fatalf("the echo of a write queued its owner: %q", requeued)
+	}
+
+	w.begin(resourceService, svc("5"))
+	w.seen(resourceService, svc("6"), false) // someone else's write
+	w.end(resourceService, svc("5"), nil, false)
+	if len(requeued) != 1 {
+		t.Fatalf("a foreign change held during a failed write was lost: requeued %q", requeued)
+	}
+
+	w.begin(resourceService, svc("6"))
+	w.seen(resourceService, svc("6"), true)
+	w.end(resourceService, svc("6"), nil, true)
+	if len(requeued) != 1 {
+		t.Fatalf("the echo of a delete queued its owner: %q", requeued)
+	}
+	if w.seen(resourceService, svc("7"), false) {
+		t.Fatal("an event after the write was held or taken for an echo")
+	}
+}

@@ -100,8 +100,8 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 # The fault-injection tests are part of test-e2e too; this runs only them.
 .PHONY: test-faults
 test-faults: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
-test-faults: $(TOOLS) ## Run only the fault-injection e2e tests (TestFault*: API servers restarted, watch expiry, rotation, SIGKILL)
-	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) -run '^TestFault' ./test/e2e/
+test-faults: $(TOOLS) ## Run only the fault and hostile-input e2e tests (API servers restarted or frozen, watch expiry, rotation, SIGKILL, partition, hostile member)
+	$(GO) test -count=1 -v -timeout $(E2E_TIMEOUT) -run '^(TestFault|TestUnreachable|TestHostile)' ./test/e2e/
 
 ##@ Benchmarks
 

@@ -133,6 +133,7 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 	}
 	byName := make(map[string]mcsv1beta1.ServicePort)
 	owner := make(map[string]string) // port name -> cluster
+	first := ""                      // the cluster whose ports came first
 	names := make(map[numberProtocol]string)
 	for _, e := range sorted {
 		for _, sp := range e.Service.Spec.Ports {
@@ -152,7 +153,7 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 				continue // a live export's port stands
 			}
 			if mixes {
-				log.add(PortConflict, fmt.Sprintf("unnamed port beside named ports (%d/%s)", p.Port, p.Protocol), firstOwner(owner), e.Cluster)
+				log.add(PortConflict, fmt.Sprintf("unnamed port beside named ports (%d/%s)", p.Port, p.Protocol), first, e.Cluster)
 				continue
 			}
 			if cur, ok := byName[p.Name]; ok {
@@ -166,6 +167,9 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 				continue
 			}
 			byName[p.Name], owner[p.Name], names[np] = p, e.Cluster, p.Name
+			if first == "" {
+				first = e.Cluster
+			}
 		}
 	}
 	out := make([]mcsv1beta1.ServicePort, 0, len(byName))
@@ -173,11 +177,6 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 		out = append(out, byName[name])
 	}
 	return out
-}
-
-// firstOwner returns the cluster owning the first port by name.
-func firstOwner(owner map[string]string) string {
-	return owner[slices.Min(slices.Collect(maps.Keys(owner)))]
 }
 
 // mergeExported returns the union of the maps get returns for the exports;

@@ -22,7 +22,7 @@ import (
 func (c *Controller) EventHandlers(cluster string) (services, slices, exports cache.ResourceEventHandler) {
 	// A Service or ServiceExport change can change the merged import, so it
 	// queues the clusterset key too; a slice change cannot.
-	both := func(obj interface{}, bulk bool) {
+	both := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
@@ -31,7 +31,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		c.add(k, bulk)
 		c.addFor(cluster, k.ClusterSet(), bulk)
 	}
-	slice := func(obj interface{}, bulk bool) {
+	slice := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
@@ -50,9 +50,9 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 			return
 		}
 		if o.Labels[discoveryv1.LabelServiceName] != n.Labels[discoveryv1.LabelServiceName] {
-			slice(old, false)
+			slice(old, false, false)
 		}
-		slice(cur, false)
+		slice(cur, false, false)
 	}
 	return changeHandler(both), sliceHandler, changeHandler(both)
 }
@@ -161,31 +161,11 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // cache has seen and queues the owner of any change that is not the echo of
 // our own write, so that a change made by someone else is undone.
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj interface{}, _ bool) {
-			if !c.written.seen(resource, obj, false) {
-				c.enqueueHub(obj)
-			}
-		},
-		UpdateFunc: func(old, cur interface{}) {
-			o, err1 := metaOf(old)
-			n, err2 := metaOf(cur)
-			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
-				return
-			}
-			if !c.written.seen(resource, cur, false) {
-				c.enqueueHub(cur)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if !c.written.seen(resource, obj, true) {
-				c.enqueueHub(obj)
-			}
-		},
-	}
+	return changeHandler(func(obj interface{}, _, gone bool) {
+		if !c.written.seen(resource, obj, gone) {
+			c.enqueueHub(obj)
+		}
+	})
 }
 
 // enqueueHub queues the key that owns one of our hub objects, so that a
@@ -236,25 +216,25 @@ func (c *Controller) namespaceAdded(obj interface{}) {
 	}
 }
 
-// changeHandler calls f on add, on delete (tombstones unwrapped) and on
-// updates that changed the resourceVersion; bulk is true for the adds of an
-// informer's initial list.
-func changeHandler(f func(obj interface{}, bulk bool)) cache.ResourceEventHandlerDetailedFuncs {
+// changeHandler calls f on add, on delete (tombstones unwrapped; gone is
+// true) and on updates that changed the resourceVersion; initialList is true
+// for the adds of an informer's initial list.
+func changeHandler(f func(obj interface{}, initialList, gone bool)) cache.ResourceEventHandlerDetailedFuncs {
 	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: f,
+		AddFunc: func(obj interface{}, initialList bool) { f(obj, initialList, false) },
 		UpdateFunc: func(old, cur interface{}) {
 			o, err1 := metaOf(old)
 			n, err2 := metaOf(cur)
 			if err1 == nil && err2 == nil && o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
-			f(cur, false)
+			f(cur, false, false)
 		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			f(obj, false)
+			f(obj, false, true)
 		},
 	}
 }

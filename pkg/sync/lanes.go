@@ -94,13 +94,14 @@ func (l *lanes) Len() int {
 func (l *lanes) Pop() Key {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, lane := range []struct {
-		t    *turns
-		bulk bool
-	}{{&l.live, false}, {&l.bulk, true}} {
-		k, ok := lane.t.pop(func(k Key) bool {
+	for _, bulk := range [2]bool{false, true} {
+		t := &l.live
+		if bulk {
+			t = &l.bulk
+		}
+		k, ok := t.pop(func(k Key) bool {
 			b, queued := l.lane[k]
-			return queued && b == lane.bulk
+			return queued && b == bulk
 		})
 		if ok {
 			delete(l.lane, k)

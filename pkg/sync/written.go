@@ -33,6 +33,7 @@ type written struct {
 	// sources indexes the slices among objs by sourceKey.
 	sources map[string]sets.Set[objectRef]
 	now     func() time.Time
+	swept   time.Time // last sweepLocked
 	// inflight holds, for each object being written, the events its cache
 	// delivered meanwhile (resourceVersions, "" for a delete): most are the
 	// echo of that write, racing its response; end sorts them out.
@@ -109,12 +110,27 @@ func (w *written) put(ref objectRef, o writtenObject) {
 		}
 	}
 	o.at = w.now()
+	w.sweepLocked(o.at)
 	w.objs[ref] = o
 	if o.source != "" {
 		if w.sources[o.source] == nil {
 			w.sources[o.source] = sets.New[objectRef]()
 		}
 		w.sources[o.source].Insert(ref)
+	}
+}
+
+// sweepLocked drops expired entries, at most once per writtenTTL, so writes
+// whose echo never came and that are never read again do not pile up.
+func (w *written) sweepLocked(now time.Time) {
+	if now.Sub(w.swept) < writtenTTL {
+		return
+	}
+	w.swept = now
+	for ref, o := range w.objs {
+		if now.Sub(o.at) > writtenTTL {
+			w.dropLocked(ref)
+		}
 	}
 }
 

@@ -113,6 +113,13 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 	if tracked() {
 		t.Fatal("a write whose event never came is trusted past the TTL")
 	}
+	// Expired entries nobody reads again are swept by later writes.
+	w.wrote(resourceService, svc("4"))
+	now = now.Add(writtenTTL + time.Second)
+	w.wrote(resourceService, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other", ResourceVersion: "5"}})
+	if n := len(w.objs); n != 1 {
+		t.Fatalf("%d entries after a sweep, want 1", n)
+	}
 }
 
 // An event that arrives while the write it may echo is in flight is held

@@ -108,30 +108,12 @@ func TestDNS(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []string{imp.Spec.IPs[0]}
-		eventually(t, waitTimeout, func() error {
-			got, err := dns.lookupA(cartName)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, want) {
-				return fmt.Errorf("A %s = %v, want the ServiceImport's spec.ips[0] %v", cartName, got, want)
-			}
-			return nil
-		})
+		eventually(t, waitTimeout, func() error { return dns.wantA(cartName, want) })
 	})
 
 	t.Run("headless: the A records are the ready endpoints of both members", func(t *testing.T) {
 		want := readyIPs(dbEast, dbWest)
-		eventually(t, waitTimeout, func() error {
-			got, err := dns.lookupA(dbName)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, want) {
-				return fmt.Errorf("A %s = %v, want %v", dbName, got, want)
-			}
-			return nil
-		})
+		eventually(t, waitTimeout, func() error { return dns.wantA(dbName, want) })
 	})
 
 	t.Run("SRV records per port", func(t *testing.T) {
@@ -184,24 +166,16 @@ func TestDNS(t *testing.T) {
 						}
 						continue
 					}
-					got, err := dns.lookupA(name)
-					if err != nil {
+					if err := dns.wantA(name, []string{ep.ip}); err != nil {
 						return err
-					}
-					if want := []string{ep.ip}; !slices.Equal(got, want) {
-						return fmt.Errorf("A %s = %v, want %v", name, got, want)
 					}
 				}
 			}
 			// An endpoint without a hostname is named by its dashed
 			// IP; the cluster label must still match.
 			name := "10-1-0-1.east." + cartName
-			got, err := dns.lookupA(name)
-			if err != nil {
+			if err := dns.wantA(name, []string{"10.1.0.1"}); err != nil {
 				return err
-			}
-			if want := []string{"10.1.0.1"}; !slices.Equal(got, want) {
-				return fmt.Errorf("A %s = %v, want %v", name, got, want)
 			}
 			return dns.wantRcode("10-1-0-1.west."+cartName, typeA, rcodeNXDomain)
 		})
@@ -213,21 +187,10 @@ func TestDNS(t *testing.T) {
 		want := readyIPs(dbEast, dbWest)
 		name := "db-2.east." + dbName
 		eventually(t, waitTimeout, func() error {
-			got, err := dns.lookupA(dbName)
-			if err != nil {
+			if err := dns.wantA(dbName, want); err != nil {
 				return err
 			}
-			if !slices.Equal(got, want) {
-				return fmt.Errorf("A %s = %v, want %v", dbName, got, want)
-			}
-			got, err = dns.lookupA(name)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, []string{"10.11.0.3"}) {
-				return fmt.Errorf("A %s = %v, want [10.11.0.3]", name, got)
-			}
-			return nil
+			return dns.wantA(name, []string{"10.11.0.3"})
 		})
 	})
 
@@ -413,6 +376,18 @@ func rcodeName(rc int) string {
 }
 
 // wantRcode checks the response code of a query for fqdn.
+// wantA checks that fqdn's A records are exactly want (sorted).
+func (c *dnsClient) wantA(fqdn string, want []string) error {
+	got, err := c.lookupA(fqdn)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("A %s = %v, want %v", fqdn, got, want)
+	}
+	return nil
+}
+
 func (c *dnsClient) wantRcode(fqdn string, qtype uint16, want int) error {
 	rc, answers, err := c.rcode(fqdn, qtype)
 	if err != nil {

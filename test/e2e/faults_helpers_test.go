@@ -10,7 +10,6 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -253,39 +252,6 @@ func stable(t *testing.T, d time.Duration, f func() error) {
 	}
 }
 
-// setSlices is applySlices for goroutines: it returns the error instead of
-// failing the test.
-func setSlices(ctx context.Context, c kubernetes.Interface, svc string, slices ...*discoveryv1.EndpointSlice) error {
-	api := c.DiscoveryV1().EndpointSlices(appNamespace)
-	keep := map[string]bool{}
-	for _, s := range slices {
-		keep[s.Name] = true
-		live, err := api.Get(ctx, s.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = api.Create(ctx, s, metav1.CreateOptions{})
-		case err == nil:
-			s.ResourceVersion = live.ResourceVersion
-			_, err = api.Update(ctx, s, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			return err
-		}
-	}
-	list, err := api.List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
-	if err != nil {
-		return err
-	}
-	for _, s := range list.Items {
-		if !keep[s.Name] {
-			if err := api.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // slicesOf builds n endpoints of svc on 10.<octet>.x.y in slices of at most
 // 100, named <svc>-<prefix>-<i>, the first notReady of them not ready.
 func slicesOf(svc, prefix string, octet, n, notReady int) []*discoveryv1.EndpointSlice {
@@ -316,7 +282,5 @@ func (e *env) startDaemonViaProxy(t *testing.T, mutate func(*app.Options)) (*dae
 	p := testenv.StartProxyT(t, e.hub)
 	cfg := rest.CopyConfig(e.hub.Config)
 	cfg.Host = p.URL()
-	// startDaemonFor reads nothing of the hub but its Config.
-	via := &env{hub: &testenv.Cluster{Name: e.hub.Name, Config: cfg}}
-	return via.startDaemonFor(t, t, mutate), p
+	return startDaemonOn(t, t, cfg, mutate), p
 }

@@ -117,6 +117,13 @@ func (e *env) startDaemon(t *testing.T, mutate func(*app.Options)) *daemon {
 // subtest can start a daemon that later steps keep using.
 func (e *env) startDaemonFor(t *testing.T, owner testing.TB, mutate func(*app.Options)) *daemon {
 	t.Helper()
+	return startDaemonOn(t, owner, e.hub.Config, mutate)
+}
+
+// startDaemonOn starts a daemon that reaches the hub through hubCfg (a copy
+// is made), until owner ends.
+func startDaemonOn(t *testing.T, owner testing.TB, hubCfg *rest.Config, mutate func(*app.Options)) *daemon {
+	t.Helper()
 	o := app.NewOptions()
 	o.Namespace = daemonNamespace
 	o.ExportMode = string(easync.ExportAnnotation)
@@ -126,7 +133,7 @@ func (e *env) startDaemonFor(t *testing.T, owner testing.TB, mutate func(*app.Op
 		mutate(o)
 	}
 	counter := &writeCounter{}
-	cfg := rest.CopyConfig(e.hub.Config)
+	cfg := rest.CopyConfig(hubCfg)
 	cfg.Wrap(counter.wrap)
 	d, err := app.NewDaemon(o, cfg, prometheus.NewRegistry())
 	if err != nil {
@@ -172,16 +179,24 @@ func (d *daemon) waitSettled(t *testing.T) {
 // eventually retries f until it returns nil or the timeout passes.
 func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	t.Helper()
+	if err := waitUntil(timeout, 100*time.Millisecond, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntil is eventually polling every interval and returning the last
+// error instead of failing.
+func waitUntil(timeout, interval time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
-	var err error
 	for {
-		if err = f(); err == nil {
-			return
+		err := f()
+		if err == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not true after %s: %v", timeout, err)
+			return fmt.Errorf("not true after %s: %w", timeout, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -229,10 +244,9 @@ func endpointSliceAt(svc, name string, octet, offset, n int, ready bool) *discov
 	return s
 }
 
-// applySlices replaces a member's slices of svc with the given ones.
-func applySlices(t *testing.T, c kubernetes.Interface, svc string, slices ...*discoveryv1.EndpointSlice) {
-	t.Helper()
-	ctx := context.Background()
+// setSlices replaces a member's slices of svc with the given ones; it
+// returns the error, so goroutines can call it.
+func setSlices(ctx context.Context, c kubernetes.Interface, svc string, slices ...*discoveryv1.EndpointSlice) error {
 	api := c.DiscoveryV1().EndpointSlices(appNamespace)
 	keep := map[string]bool{}
 	for _, s := range slices {
@@ -246,19 +260,28 @@ func applySlices(t *testing.T, c kubernetes.Interface, svc string, slices ...*di
 			_, err = api.Update(ctx, s, metav1.UpdateOptions{})
 		}
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	list, err := api.List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, s := range list.Items {
 		if !keep[s.Name] {
-			if err := api.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
+			if err := api.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// applySlices is setSlices failing the test on error.
+func applySlices(t *testing.T, c kubernetes.Interface, svc string, slices ...*discoveryv1.EndpointSlice) {
+	t.Helper()
+	if err := setSlices(context.Background(), c, svc, slices...); err != nil {
+		t.Fatal(err)
 	}
 }
 

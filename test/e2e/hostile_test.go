@@ -27,7 +27,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
@@ -585,22 +584,6 @@ func createConcurrently(ctx context.Context, c kubernetes.Interface, workers int
 	return first
 }
 
-// waitUntil is eventually polling every interval and returning the last
-// error instead of failing.
-func waitUntil(timeout, interval time.Duration, f func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not true after %s: %w", timeout, err)
-		}
-		time.Sleep(interval)
-	}
-}
-
 // hubRejections records the daemon's hub writes that the hub's API server
 // refused for any reason but a conflict (409: a lagging cache or a lost
 // race) or a missing object (404).
@@ -678,9 +661,7 @@ func (e *env) startDaemonRecording(t *testing.T, rec *hubRejections, mutate func
 	t.Helper()
 	cfg := rest.CopyConfig(e.hub.Config)
 	cfg.Wrap(rec.wrap)
-	// startDaemonFor reads nothing of the hub but its Config.
-	via := &env{hub: &testenv.Cluster{Name: e.hub.Name, Config: cfg}}
-	return via.startDaemonFor(t, t, mutate)
+	return startDaemonOn(t, t, cfg, mutate)
 }
 
 // perClusterObjects lists the hub's per-cluster Services or Endpoints by

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,7 +19,7 @@ import (
 // scenario and checks the counters and the propagation histogram moved.
 func TestMetricsAndProbesAreServed(t *testing.T) {
 	e := startEnv(t)
-	addr := freeAddr(t)
+	addr := freeLoopbackAddr(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	e.startDaemon(t, func(o *app.Options) { o.MetricsBindAddress = addr })
@@ -72,16 +71,6 @@ func TestMetricsAndProbesAreServed(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func get(t *testing.T, addr, path string) int {

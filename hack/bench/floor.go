@@ -288,7 +288,11 @@ func (fl *floor) sync(ctx context.Context, k int, memberSlices []*discoveryv1.En
 	fk := fl.keys[k]
 	fk.mu.Lock()
 	defer fk.mu.Unlock()
-	plan := endpoints.PlanSlices(src, fk.slices)
+	existing := make([]*endpoints.SliceDigest, len(fk.slices))
+	for i, s := range fk.slices {
+		existing[i] = endpoints.DigestSlice(s)
+	}
+	plan := endpoints.PlanSlices(src, existing)
 	api := fl.hub.DiscoveryV1().EndpointSlices(appNamespace)
 	byName := map[string]*discoveryv1.EndpointSlice{}
 	for _, s := range fk.slices {

@@ -118,7 +118,7 @@ func apply(t testing.TB, state []*discoveryv1.EndpointSlice, plan SlicePlan) []*
 // syncState plans src against state, applies the plan and returns the new state.
 func syncState(t testing.TB, src Source, state []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	t.Helper()
-	return apply(t, state, PlanSlices(src, state))
+	return apply(t, state, PlanSlices(src, digests(state)))
 }
 
 func names(list []*discoveryv1.EndpointSlice) []string {
@@ -161,4 +161,13 @@ func describe(p SlicePlan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "create %v %v, update %v %v, delete %v", names(p.Create), sizes(p.Create), names(p.Update), sizes(p.Update), names(p.Delete))
 	return b.String()
+}
+
+// digests returns the digests of list, as the hub cache holds them.
+func digests(list []*discoveryv1.EndpointSlice) []*SliceDigest {
+	out := make([]*SliceDigest, len(list))
+	for i, s := range list {
+		out[i] = DigestSlice(s.DeepCopy())
+	}
+	return out
 }

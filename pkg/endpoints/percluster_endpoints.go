@@ -194,17 +194,17 @@ func truncateSubsets(subsets []corev1.EndpointSubset, limit int) bool {
 // EndpointsUpToDate reports whether live, a per-cluster Endpoints, already has
 // the labels, annotations and subsets of desired that we own. An unset port
 // protocol reads as TCP.
-func EndpointsUpToDate(desired, live *corev1.Endpoints) bool {
+func EndpointsUpToDate(desired *corev1.Endpoints, live *EndpointsDigest) bool {
 	return ownedEqual(desired.Labels, live.Labels, perClusterLabelKeys) &&
 		ownedEqual(desired.Annotations, live.Annotations, endpointsAnnotationKeys) &&
-		slices.EqualFunc(desired.Subsets, live.Subsets, subsetEqual)
+		hashSubsets(desired.Subsets) == live.Hash
 }
 
 // MergeEndpoints returns a copy of live, a per-cluster Endpoints, with the
 // labels, annotations and subsets of desired that we own applied, ready for
 // an update.
-func MergeEndpoints(desired, live *corev1.Endpoints) *corev1.Endpoints {
-	out := live.DeepCopy()
+func MergeEndpoints(desired *corev1.Endpoints, live *EndpointsDigest) *corev1.Endpoints {
+	out := live.Meta()
 	out.Labels = mergeOwned(desired.Labels, live.Labels, perClusterLabelKeys)
 	out.Annotations = mergeOwned(desired.Annotations, live.Annotations, endpointsAnnotationKeys)
 	out.Subsets = nil

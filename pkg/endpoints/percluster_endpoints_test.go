@@ -211,13 +211,13 @@ func TestEndpointsUpToDate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			live := tt.live()
+			live := DigestEndpoints(tt.live())
 			if got := EndpointsUpToDate(desired, live); got != tt.want {
 				t.Errorf("EndpointsUpToDate() = %v, want %v", got, tt.want)
 			}
-			before := live.DeepCopy()
+			before := live.DeepCopyObject()
 			merged := MergeEndpoints(desired, live)
-			if !EndpointsUpToDate(desired, merged) {
+			if !EndpointsUpToDate(desired, DigestEndpoints(merged)) {
 				t.Errorf("MergeEndpoints() result not up to date: %+v", merged)
 			}
 			if _, ok := merged.Annotations[AnnotationOverCapacity]; ok {

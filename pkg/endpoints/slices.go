@@ -39,8 +39,8 @@ func IsManagedSlice(slice *discoveryv1.EndpointSlice) bool {
 
 // ownsSlice reports whether slice is one of our hub slices for service in
 // cluster.
-func ownsSlice(slice *discoveryv1.EndpointSlice, namespace, service, cluster string) bool {
-	return IsManagedSlice(slice) &&
+func ownsSlice(slice *SliceDigest, namespace, service, cluster string) bool {
+	return slice.Labels[discoveryv1.LabelManagedBy] == SliceManagedByValue &&
 		slice.Namespace == namespace &&
 		slice.Labels[mcsv1beta1.LabelServiceName] == service &&
 		slice.Labels[mcsv1beta1.LabelSourceCluster] == cluster
@@ -138,31 +138,6 @@ func isTerminating(ep *discoveryv1.Endpoint) bool {
 	return ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 }
 
-// endpointEqual compares the fields hubEndpointInto carries.
-func endpointEqual(a, b *discoveryv1.Endpoint) bool {
-	return slices.Equal(a.Addresses, b.Addresses) &&
-		ptrEqual(a.Conditions.Ready, b.Conditions.Ready) &&
-		ptrEqual(a.Conditions.Serving, b.Conditions.Serving) &&
-		ptrEqual(a.Conditions.Terminating, b.Conditions.Terminating) &&
-		ptrEqual(a.Hostname, b.Hostname) &&
-		ptrEqual(a.NodeName, b.NodeName) &&
-		ptrEqual(a.Zone, b.Zone) &&
-		hintsEqual(a.Hints, b.Hints)
-}
-
-// hintsEqual treats nil hints as empty ones.
-func hintsEqual(a, b *discoveryv1.EndpointHints) bool {
-	var az, bz []discoveryv1.ForZone
-	var an, bn []discoveryv1.ForNode
-	if a != nil {
-		az, an = a.ForZones, a.ForNodes
-	}
-	if b != nil {
-		bz, bn = b.ForZones, b.ForNodes
-	}
-	return slices.Equal(az, bz) && slices.Equal(an, bn)
-}
-
 // comparePorts orders ports by name, then by the rest of their content.
 func comparePorts(a, b discoveryv1.EndpointPort) int {
 	return cmp.Or(
@@ -229,39 +204,4 @@ func groupKey(addressType discoveryv1.AddressType, ports []discoveryv1.EndpointP
 		}
 	}
 	return b.String()
-}
-
-// SliceUpToDate reports whether live already has desired's content: the
-// labels we own, address type, ports and endpoints. Server-set fields, the
-// order of ports and endpoints and an unset port protocol (TCP) are ignored.
-func SliceUpToDate(desired, live *discoveryv1.EndpointSlice) bool {
-	return desired.AddressType == live.AddressType &&
-		ownedEqual(desired.Labels, live.Labels, sliceLabelKeys) &&
-		groupKey("", desired.Ports) == groupKey("", live.Ports) &&
-		endpointSetEqual(desired.Endpoints, live.Endpoints)
-}
-
-// endpointSetEqual compares endpoints by first address, ignoring order.
-func endpointSetEqual(a, b []discoveryv1.Endpoint) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	byAddr := make(map[string]*discoveryv1.Endpoint, len(a))
-	for i := range a {
-		if len(a[i].Addresses) == 0 {
-			return false
-		}
-		byAddr[a[i].Addresses[0]] = &a[i]
-	}
-	for i := range b {
-		if len(b[i].Addresses) == 0 {
-			return false
-		}
-		ep, ok := byAddr[b[i].Addresses[0]]
-		if !ok || !endpointEqual(ep, &b[i]) {
-			return false
-		}
-		delete(byAddr, b[i].Addresses[0])
-	}
-	return true
 }

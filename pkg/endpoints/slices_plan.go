@@ -24,7 +24,7 @@ func (p SlicePlan) Empty() bool {
 
 // plannedSlice is a hub slice being planned.
 type plannedSlice struct {
-	existing  *discoveryv1.EndpointSlice // nil for a new slice; read-only
+	existing  *SliceDigest // nil for a new slice; read-only
 	group     *sliceGroup
 	endpoints []*discoveryv1.Endpoint
 }
@@ -40,8 +40,9 @@ func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoin
 	return rest[n:]
 }
 
-// PlanSlices returns the writes that turn existing, the hub slices of src
-// read from a cache, into the desired aggregation of src's member slices.
+// PlanSlices returns the writes that turn existing, the digests of the hub
+// slices of src read from a cache, into the desired aggregation of src's
+// member slices.
 // existing is never modified. Slices not ours for src (see IsManagedSlice) are
 // ignored, but their names are never reused.
 //
@@ -57,13 +58,13 @@ func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoin
 //
 // The result depends only on the content of its inputs, not on their order,
 // and is empty when existing is in sync.
-func PlanSlices(src Source, existing []*discoveryv1.EndpointSlice) SlicePlan {
+func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 	namespace, service, cluster := src.Service.Namespace, src.Service.Name, src.Cluster
 	labels := SliceLabels(namespace, service, cluster)
 	groups := desiredGroups(src)
 
 	var toUpdate []*plannedSlice
-	var toDelete []*discoveryv1.EndpointSlice
+	var toDelete []*SliceDigest
 	unchanged := make(map[*sliceGroup][]*plannedSlice)
 	changed := make(map[*sliceGroup][]*plannedSlice)
 
@@ -115,7 +116,7 @@ func PlanSlices(src Source, existing []*discoveryv1.EndpointSlice) SlicePlan {
 	// immutable, so only a slice of the same type can be reused.
 	var created []*plannedSlice
 	for _, ps := range toCreate {
-		i := slices.IndexFunc(toDelete, func(es *discoveryv1.EndpointSlice) bool {
+		i := slices.IndexFunc(toDelete, func(es *SliceDigest) bool {
 			return es.AddressType == ps.group.addressType
 		})
 		if i < 0 {
@@ -136,7 +137,7 @@ func PlanSlices(src Source, existing []*discoveryv1.EndpointSlice) SlicePlan {
 		plan.Update = append(plan.Update, ps.object("", namespace, labels))
 	}
 	for _, es := range toDelete {
-		plan.Delete = append(plan.Delete, es.DeepCopy())
+		plan.Delete = append(plan.Delete, es.Meta())
 	}
 	sortByName(plan.Create)
 	sortByName(plan.Update)
@@ -147,46 +148,41 @@ func PlanSlices(src Source, existing []*discoveryv1.EndpointSlice) SlicePlan {
 // PlanSlicesDelete returns the deletion of every hub slice in existing that is
 // ours for service of namespace in cluster, for when the member Service is
 // gone or no longer exported.
-func PlanSlicesDelete(namespace, service, cluster string, existing []*discoveryv1.EndpointSlice) SlicePlan {
+func PlanSlicesDelete(namespace, service, cluster string, existing []*SliceDigest) SlicePlan {
 	var plan SlicePlan
 	for _, es := range ownedSlices(existing, namespace, service, cluster) {
-		plan.Delete = append(plan.Delete, es.DeepCopy())
+		plan.Delete = append(plan.Delete, es.Meta())
 	}
 	return plan
 }
 
 // ownedSlices returns the slices of existing that are ours for the source,
 // sorted by name.
-func ownedSlices(existing []*discoveryv1.EndpointSlice, namespace, service, cluster string) []*discoveryv1.EndpointSlice {
-	var out []*discoveryv1.EndpointSlice
+func ownedSlices(existing []*SliceDigest, namespace, service, cluster string) []*SliceDigest {
+	var out []*SliceDigest
 	for _, es := range existing {
 		if es != nil && ownsSlice(es, namespace, service, cluster) {
 			out = append(out, es)
 		}
 	}
-	sortByName(out)
+	slices.SortFunc(out, func(a, b *SliceDigest) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // keepDesired returns the endpoints of es still desired in g, in their
-// desired (member) version, and removes them from g. dirty reports whether any was
-// dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back to g.
-func keepDesired(es *discoveryv1.EndpointSlice, g *sliceGroup) (ps *plannedSlice, dirty bool) {
-	ps = &plannedSlice{existing: es, group: g, endpoints: make([]*discoveryv1.Endpoint, 0, len(es.Endpoints))}
-	for i := range es.Endpoints {
-		ep := &es.Endpoints[i]
-		if len(ep.Addresses) == 0 {
+// desired (member) version, and removes them from g. dirty reports whether
+// any was dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back
+// to g.
+func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) {
+	ps = &plannedSlice{existing: es, group: g, endpoints: make([]*discoveryv1.Endpoint, 0, len(es.Addresses))}
+	for _, addr := range es.Addresses {
+		want, ok := g.endpoints[addr]
+		if !ok { // gone, listed twice, or no address at all
 			dirty = true
 			continue
 		}
-		want, ok := g.endpoints[ep.Addresses[0]]
-		if !ok {
-			dirty = true
-			continue
-		}
-		dirty = dirty || !endpointEqual(want, ep)
 		ps.endpoints = append(ps.endpoints, want)
-		delete(g.endpoints, ep.Addresses[0])
+		delete(g.endpoints, addr)
 	}
 	if len(ps.endpoints) > MaxEndpointsPerSlice {
 		slices.SortFunc(ps.endpoints, compareEndpoints)
@@ -194,9 +190,11 @@ func keepDesired(es *discoveryv1.EndpointSlice, g *sliceGroup) (ps *plannedSlice
 			g.endpoints[ep.Addresses[0]] = ep
 		}
 		ps.endpoints = ps.endpoints[:MaxEndpointsPerSlice]
-		dirty = true
+		return ps, true
 	}
-	return ps, dirty
+	// With every endpoint still desired, in the slice's order, the slice is
+	// unchanged if their desired versions hash to its content.
+	return ps, dirty || hashEndpoints(ps.endpoints) != es.Hash
 }
 
 // remainingEndpoints returns the endpoints of g not yet placed, sorted.
@@ -269,7 +267,7 @@ type sliceNamer struct {
 	index  int
 }
 
-func newSliceNamer(existing []*discoveryv1.EndpointSlice, namespace, service, cluster string) *sliceNamer {
+func newSliceNamer(existing []*SliceDigest, namespace, service, cluster string) *sliceNamer {
 	n := &sliceNamer{prefix: slicePrefix(namespace, service, cluster), used: make(map[int]bool)}
 	for _, es := range existing {
 		if es == nil {

@@ -180,7 +180,7 @@ func TestPlanSlicesInSync(t *testing.T) {
 		memberSlice("web-c", discoveryv1.AddressTypeIPv6, httpPorts, endpoint("fd00::1", true)),
 	)
 	state := syncState(t, src, nil)
-	if plan := PlanSlices(src, state); !plan.Empty() {
+	if plan := PlanSlices(src, digests(state)); !plan.Empty() {
 		t.Errorf("in-sync set: got %s", describe(plan))
 	}
 
@@ -194,7 +194,7 @@ func TestPlanSlicesInSync(t *testing.T) {
 		s.UID, s.Generation = types.UID("uid-"+s.Name), 3
 		s.Labels["team"] = "payments"
 	}
-	if plan := PlanSlices(src, state); !plan.Empty() {
+	if plan := PlanSlices(src, digests(state)); !plan.Empty() {
 		t.Errorf("in-sync set as read back: got %s", describe(plan))
 	}
 }
@@ -207,7 +207,7 @@ func TestPlanSlicesOneEndpointChanged(t *testing.T) {
 	eps = slices.Clone(eps)
 	eps[120] = endpoint(eps[120].Addresses[0], false)
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, eps...))
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || len(plan.Update) != 1 {
 		t.Fatalf("want exactly one update, got %s", describe(plan))
 	}
@@ -226,7 +226,7 @@ func TestPlanSlicesOneEndpointChanged(t *testing.T) {
 			t.Errorf("update does not carry the change")
 		}
 	}
-	if state = apply(t, state, plan); !PlanSlices(src, state).Empty() {
+	if state = apply(t, state, plan); !PlanSlices(src, digests(state)).Empty() {
 		t.Errorf("not in sync after applying the plan")
 	}
 }
@@ -247,13 +247,13 @@ func TestPlanSlicesEndpointsRemoved(t *testing.T) {
 		}
 	}
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, kept...))
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if !slices.Equal(names(plan.Delete), names(state[2:])) || !slices.Equal(names(plan.Update), names(state[:1])) || len(plan.Create) != 0 {
 		t.Errorf("got %s, want update of %s and delete of %s", describe(plan), state[0].Name, state[2].Name)
 	}
 
 	// Everything removed: every slice goes.
-	plan = PlanSlices(testSource(), state)
+	plan = PlanSlices(testSource(), digests(state))
 	if !slices.Equal(names(plan.Delete), names(state)) || len(plan.Create)+len(plan.Update) != 0 {
 		t.Errorf("empty source: got %s", describe(plan))
 	}
@@ -265,7 +265,7 @@ func TestPlanSlicesFillsBeforeCreating(t *testing.T) {
 
 	// New endpoints go into the fullest slice with room for all of them.
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 260)...))
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state[2:])) || len(plan.Update[0].Endpoints) != 60 {
 		t.Errorf("got %s, want one update of %s to 60 endpoints", describe(plan), state[2].Name)
 	}
@@ -274,7 +274,7 @@ func TestPlanSlicesFillsBeforeCreating(t *testing.T) {
 	eps := readyEndpoints(0, 250)
 	eps[0] = endpoint("10.9.9.9", true) // was in the first slice
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, eps...))
-	plan = PlanSlices(src, state)
+	plan = PlanSlices(src, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state[:1])) {
 		t.Errorf("got %s, want only an update of %s", describe(plan), state[0].Name)
 	}
@@ -287,7 +287,7 @@ func TestPlanSlicesCreateDeletePairing(t *testing.T) {
 	// The member's target port changed: a new group replaces the old one.
 	newPorts := []discoveryv1.EndpointPort{slicePort("http", 8081)}
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, newPorts, readyEndpoints(0, 10)...))
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state)) {
 		t.Fatalf("got %s, want the deleted slice reused", describe(plan))
 	}
@@ -298,7 +298,7 @@ func TestPlanSlicesCreateDeletePairing(t *testing.T) {
 	// AddressType is immutable: an IPv6 slice is not reused for IPv4.
 	v6 := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv6, httpPorts, endpoint("fd00::1", true)))
 	state = syncState(t, v6, nil)
-	plan = PlanSlices(src, state)
+	plan = PlanSlices(src, digests(state))
 	if len(plan.Create) != 1 || len(plan.Update) != 0 || len(plan.Delete) != 1 {
 		t.Fatalf("got %s, want a create and a delete", describe(plan))
 	}
@@ -318,7 +318,7 @@ func TestPlanSlicesLowestFreeIndex(t *testing.T) {
 	state = append(state, foreign)
 
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 500)...))
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if got, want := names(plan.Create), sliceNames(1, 4, 5); !slices.Equal(got, want) {
 		t.Errorf("created %v, want %v", got, want)
 	}
@@ -346,10 +346,10 @@ func TestPlanSlicesIgnoresOthersSlices(t *testing.T) {
 		other(func(s *discoveryv1.EndpointSlice) { s.Labels[mcsv1beta1.LabelServiceName] = "api" }),
 		other(func(s *discoveryv1.EndpointSlice) { s.Namespace = "other" }),
 	}
-	if plan := PlanSlices(src, append(others, mine...)); !plan.Empty() {
+	if plan := PlanSlices(src, digests(append(others, mine...))); !plan.Empty() {
 		t.Errorf("got %s, want others' slices ignored", describe(plan))
 	}
-	if plan := PlanSlicesDelete(testNamespace, testService, testCluster, append(others, mine...)); !slices.Equal(names(plan.Delete), names(mine)) || len(plan.Create)+len(plan.Update) != 0 {
+	if plan := PlanSlicesDelete(testNamespace, testService, testCluster, digests(append(others, mine...))); !slices.Equal(names(plan.Delete), names(mine)) || len(plan.Create)+len(plan.Update) != 0 {
 		t.Errorf("PlanSlicesDelete: got %s, want delete of %v", describe(plan), names(mine))
 	}
 }
@@ -359,7 +359,7 @@ func TestPlanSlicesRelabels(t *testing.T) {
 	state := syncState(t, src, nil)
 	state[0].Labels[LabelManagedBy] = "helm"
 	state[0].Labels["team"] = "payments"
-	plan := PlanSlices(src, state)
+	plan := PlanSlices(src, digests(state))
 	if len(plan.Update) != 1 || len(plan.Create)+len(plan.Delete) != 0 {
 		t.Fatalf("got %s, want one update", describe(plan))
 	}
@@ -396,16 +396,16 @@ func TestPlanSlicesOrderIndependent(t *testing.T) {
 	old := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, twoPorts, readyEndpoints(100, 250)...))
 	existing := syncState(t, old, nil)
 
-	want := PlanSlices(src, existing)
+	want := PlanSlices(src, digests(existing))
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 50 {
 		ex := slices.Clone(existing)
 		r.Shuffle(len(ex), func(i, j int) { ex[i], ex[j] = ex[j], ex[i] })
-		if got := PlanSlices(shuffledSource(r, src), ex); !apiequality.Semantic.DeepEqual(got, want) {
+		if got := PlanSlices(shuffledSource(r, src), digests(ex)); !apiequality.Semantic.DeepEqual(got, want) {
 			t.Fatalf("plan depends on input order:\n got %s\nwant %s", describe(got), describe(want))
 		}
 	}
-	if state := apply(t, existing, want); !PlanSlices(src, state).Empty() {
+	if state := apply(t, existing, want); !PlanSlices(src, digests(state)).Empty() {
 		t.Errorf("not in sync after applying the plan")
 	}
 }
@@ -423,12 +423,13 @@ func TestPlanSlicesDoesNotMutateInputs(t *testing.T) {
 	for _, s := range src.Slices {
 		srcCopy.Slices = append(srcCopy.Slices, s.DeepCopy())
 	}
-	var existingCopy []*discoveryv1.EndpointSlice
-	for _, s := range existing {
-		existingCopy = append(existingCopy, s.DeepCopy())
+	ds := digests(existing)
+	var dsCopy []*SliceDigest
+	for _, d := range ds {
+		dsCopy = append(dsCopy, d.DeepCopyObject().(*SliceDigest))
 	}
 
-	plan := PlanSlices(src, existing)
+	plan := PlanSlices(src, ds)
 	if plan.Empty() {
 		t.Fatal("want a non-empty plan")
 	}
@@ -449,12 +450,14 @@ func TestPlanSlicesDoesNotMutateInputs(t *testing.T) {
 	if !apiequality.Semantic.DeepEqual(src, srcCopy) {
 		t.Error("PlanSlices modified its source")
 	}
-	if !apiequality.Semantic.DeepEqual(existing, existingCopy) {
+	if !apiequality.Semantic.DeepEqual(ds, dsCopy) {
 		t.Error("PlanSlices modified the existing slices")
 	}
 }
 
-func TestSliceUpToDate(t *testing.T) {
+// TestPlanSlicesAgainstLive checks which changes to a hub slice the plan
+// undoes, working from the slice's digest as the hub cache holds it.
+func TestPlanSlicesAgainstLive(t *testing.T) {
 	src := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 5)...))
 	desired := PlanSlices(src, nil).Create[0]
 	tests := []struct {
@@ -487,8 +490,8 @@ func TestSliceUpToDate(t *testing.T) {
 	for _, tt := range tests {
 		live := desired.DeepCopy()
 		tt.mutate(live)
-		if got := SliceUpToDate(desired, live); got != tt.want {
-			t.Errorf("%s: SliceUpToDate() = %v, want %v", tt.name, got, tt.want)
+		if got := PlanSlices(src, digests([]*discoveryv1.EndpointSlice{live})); got.Empty() != tt.want {
+			t.Errorf("%s: plan against the changed slice: %s, want empty: %v", tt.name, describe(got), tt.want)
 		}
 	}
 }
@@ -513,11 +516,11 @@ func BenchmarkPlanSlices(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		src      Source
-		existing []*discoveryv1.EndpointSlice
+		existing []*SliceDigest
 	}{
 		{"create", src, nil},
-		{"in-sync", src, state},
-		{"one-change", changed, state},
+		{"in-sync", src, digests(state)},
+		{"one-change", changed, digests(state)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -27,7 +26,6 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -123,11 +121,10 @@ type Controller struct {
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})
 
-	services    corelisters.ServiceLister
-	serviceInf  cache.SharedIndexInformer
-	endpoints   corelisters.EndpointsLister
+	services   corelisters.ServiceLister
+	serviceInf cache.SharedIndexInformer
+	// The Endpoints and EndpointSlice caches hold digests (stripHubObject).
 	endpointInf cache.SharedIndexInformer
-	slices      discoverylisters.EndpointSliceLister
 	sliceInf    cache.SharedIndexInformer
 	imports     mcslisters.ServiceImportLister
 	importInf   cache.SharedIndexInformer
@@ -215,9 +212,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	c.serviceInf = kubeFactory.Core().V1().Services().Informer()
 	c.services = kubeFactory.Core().V1().Services().Lister()
 	c.endpointInf = kubeFactory.Core().V1().Endpoints().Informer()
-	c.endpoints = kubeFactory.Core().V1().Endpoints().Lister()
 	c.sliceInf = sliceFactory.Discovery().V1().EndpointSlices().Informer()
-	c.slices = sliceFactory.Discovery().V1().EndpointSlices().Lister()
 	c.importInf = mcsFactory.Multicluster().V1beta1().ServiceImports().Informer()
 	c.imports = mcsFactory.Multicluster().V1beta1().ServiceImports().Lister()
 	c.nsInf = nsFactory.Core().V1().Namespaces().Informer()
@@ -417,17 +412,19 @@ func sourceIndex(obj interface{}) ([]string, error) {
 
 func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
 
-// stripHubObject drops managed fields from hub objects before caching and
-// shares the values their endpoints repeat.
+// stripHubObject turns a hub object into what the hub caches hold: managed
+// fields dropped, and EndpointSlices and Endpoints, which carry every
+// aggregated endpoint, reduced to their digests: the sync logic reads
+// their content only to compare it with what it wants.
 func stripHubObject(obj interface{}) (interface{}, error) {
 	if m, err := metaOf(obj); err == nil {
 		m.SetManagedFields(nil)
 	}
 	switch o := obj.(type) {
 	case *discoveryv1.EndpointSlice:
-		compact.EndpointSlice(o)
+		return endpoints.DigestSlice(o), nil
 	case *corev1.Endpoints:
-		compact.Endpoints(o)
+		return endpoints.DigestEndpoints(o), nil
 	}
 	return obj, nil
 }

@@ -99,14 +99,14 @@ func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints
 		return err
 	}
 	if liveEps != nil && !ownedBy(liveEps, key) {
-		return c.conflict(resourceEndpoints, liveEps, key)
+		return c.conflict(resourceEndpoints, liveEps.Meta(), key)
 	}
 
 	svcOps, epsOps := c.serviceOps(), c.endpointsOps()
 	if wantSvc == nil {
 		// Withdraw Endpoints first so nothing routes to a half-removed pair.
 		if liveEps != nil {
-			if err := remove(ctx, c, epsOps, liveEps); err != nil {
+			if err := remove(ctx, c, epsOps, liveEps.Meta()); err != nil {
 				return err
 			}
 		}
@@ -205,15 +205,15 @@ func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
 
 // hubSlices returns our hub slices sourced from key, as cached or, where
 // the cache has not seen our last write yet, as written; read-only.
-func (c *Controller) hubSlices(key Key) ([]*discoveryv1.EndpointSlice, error) {
+func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
 	source := sourceKey(key)
 	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, source)
 	if err != nil {
 		return nil, err
 	}
-	byName := make(map[string]*discoveryv1.EndpointSlice, len(objs))
+	byName := make(map[string]*endpoints.SliceDigest, len(objs))
 	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if s, ok := o.(*endpoints.SliceDigest); ok {
 			byName[s.Name] = s
 		}
 	}
@@ -222,11 +222,11 @@ func (c *Controller) hubSlices(key Key) ([]*discoveryv1.EndpointSlice, error) {
 			if o == nil {
 				delete(byName, name)
 			} else {
-				byName[name] = o.(*discoveryv1.EndpointSlice)
+				byName[name] = o.(*endpoints.SliceDigest)
 			}
 		}
 	}
-	out := make([]*discoveryv1.EndpointSlice, 0, len(byName))
+	out := make([]*endpoints.SliceDigest, 0, len(byName))
 	for _, s := range byName {
 		out = append(out, s)
 	}

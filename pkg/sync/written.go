@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // writtenTTL bounds how long a write is trusted over the cache. Its watch
@@ -63,9 +65,12 @@ func refOf(resource string, obj hubObject) objectRef {
 	return objectRef{resource, obj.GetNamespace(), obj.GetName()}
 }
 
-// wrote records an object as the API server returned it from a write.
+// wrote records an object as the API server returned it from a write, in
+// the form the hub caches hold (stripHubObject, which may share obj's
+// metadata: obj must not be modified afterwards).
 func (w *written) wrote(resource string, obj hubObject) {
-	w.put(refOf(resource, obj), writtenObject{obj: obj, source: sliceSource(resource, obj)})
+	cached, _ := stripHubObject(obj)
+	w.put(refOf(resource, obj), writtenObject{obj: cached.(hubObject), source: sliceSource(resource, obj)})
 }
 
 // deleted records that we deleted an object.
@@ -271,9 +276,17 @@ func (c *Controller) liveService(namespace, name string) (*corev1.Service, error
 	})
 }
 
-func (c *Controller) liveEndpoints(namespace, name string) (*corev1.Endpoints, error) {
-	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*corev1.Endpoints, error) {
-		return c.endpoints.Endpoints(namespace).Get(name)
+// liveEndpoints returns the digest of a hub Endpoints.
+func (c *Controller) liveEndpoints(namespace, name string) (*endpoints.EndpointsDigest, error) {
+	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*endpoints.EndpointsDigest, error) {
+		o, ok, err := c.endpointInf.GetIndexer().GetByKey(namespace + "/" + name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, apierrors.NewNotFound(corev1.Resource("endpoints"), name)
+		}
+		return o.(*endpoints.EndpointsDigest), nil
 	})
 }
 

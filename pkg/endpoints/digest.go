@@ -1,0 +1,219 @@
+package endpoints
+
+import (
+	"hash/maphash"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The daemon's hub caches hold digests of its EndpointSlices and Endpoints
+// rather than the objects: the metadata in full, and of the content only
+// what the sync logic reads (for a slice, each endpoint's first address,
+// which places it) plus a hash of the fields the daemon writes. A digest is
+// an in-memory stand-in; it is never sent to an API server.
+
+// hashSeed is per process: digests are compared only with hashes computed
+// by the same process, and members cannot aim at a seed they do not know.
+var hashSeed = maphash.MakeSeed()
+
+// SliceDigest is what the daemon keeps in memory of one of its hub
+// EndpointSlices.
+type SliceDigest struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	AddressType discoveryv1.AddressType
+	Ports       []discoveryv1.EndpointPort
+	// Addresses holds each endpoint's first address, in the slice's order;
+	// "" for an endpoint without one.
+	Addresses []string
+	// Hash covers, in the slice's order, the endpoint fields the daemon
+	// writes (those endpointEqual compares).
+	Hash uint64
+}
+
+// DigestSlice returns the digest of s. It shares s's metadata and ports,
+// so s must not be modified afterwards.
+func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
+	d := &SliceDigest{
+		TypeMeta:    s.TypeMeta,
+		ObjectMeta:  s.ObjectMeta,
+		AddressType: s.AddressType,
+		Ports:       s.Ports,
+		Addresses:   make([]string, len(s.Endpoints)),
+	}
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	writeInt(&h, len(s.Endpoints))
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		if len(ep.Addresses) > 0 {
+			d.Addresses[i] = ep.Addresses[0]
+		}
+		hashEndpoint(&h, ep)
+	}
+	d.Hash = h.Sum64()
+	return d
+}
+
+// hashEndpoints is the Hash a slice holding eps, in this order, digests to.
+func hashEndpoints(eps []*discoveryv1.Endpoint) uint64 {
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	writeInt(&h, len(eps))
+	for _, ep := range eps {
+		hashEndpoint(&h, ep)
+	}
+	return h.Sum64()
+}
+
+// Meta returns an EndpointSlice with d's metadata only: enough to delete it
+// or to record an Event about it.
+func (d *SliceDigest) Meta() *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{TypeMeta: d.TypeMeta, AddressType: d.AddressType}
+	d.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (d *SliceDigest) DeepCopyObject() runtime.Object {
+	out := *d
+	d.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Ports = make([]discoveryv1.EndpointPort, len(d.Ports))
+	for i := range d.Ports {
+		d.Ports[i].DeepCopyInto(&out.Ports[i])
+	}
+	out.Addresses = append([]string(nil), d.Addresses...)
+	return &out
+}
+
+// EndpointsDigest is what the daemon keeps in memory of one of its hub
+// per-cluster Endpoints.
+type EndpointsDigest struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	// Hash covers the subsets as subsetEqual compares them.
+	Hash uint64
+}
+
+// DigestEndpoints returns the digest of e. It shares e's metadata, so e
+// must not be modified afterwards.
+func DigestEndpoints(e *corev1.Endpoints) *EndpointsDigest {
+	return &EndpointsDigest{TypeMeta: e.TypeMeta, ObjectMeta: e.ObjectMeta, Hash: hashSubsets(e.Subsets)}
+}
+
+// Meta returns an Endpoints with d's metadata only.
+func (d *EndpointsDigest) Meta() *corev1.Endpoints {
+	out := &corev1.Endpoints{TypeMeta: d.TypeMeta}
+	d.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (d *EndpointsDigest) DeepCopyObject() runtime.Object {
+	out := *d
+	d.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// hashEndpoint writes the fields endpointEqual compares; nil hints and
+// empty ones write the same.
+func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
+	writeInt(h, len(ep.Addresses))
+	for _, a := range ep.Addresses {
+		writeString(h, a)
+	}
+	writeBoolPtr(h, ep.Conditions.Ready)
+	writeBoolPtr(h, ep.Conditions.Serving)
+	writeBoolPtr(h, ep.Conditions.Terminating)
+	writeStringPtr(h, ep.Hostname)
+	writeStringPtr(h, ep.NodeName)
+	writeStringPtr(h, ep.Zone)
+	var zones []discoveryv1.ForZone
+	var nodes []discoveryv1.ForNode
+	if ep.Hints != nil {
+		zones, nodes = ep.Hints.ForZones, ep.Hints.ForNodes
+	}
+	writeInt(h, len(zones))
+	for _, z := range zones {
+		writeString(h, z.Name)
+	}
+	writeInt(h, len(nodes))
+	for _, n := range nodes {
+		writeString(h, n.Name)
+	}
+}
+
+// hashSubsets hashes subsets as subsetEqual compares them: an unset port
+// protocol reads as TCP.
+func hashSubsets(subsets []corev1.EndpointSubset) uint64 {
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	writeInt(&h, len(subsets))
+	for i := range subsets {
+		ss := &subsets[i]
+		for _, as := range [][]corev1.EndpointAddress{ss.Addresses, ss.NotReadyAddresses} {
+			writeInt(&h, len(as))
+			for j := range as {
+				a := &as[j]
+				writeString(&h, a.IP)
+				writeString(&h, a.Hostname)
+				writeStringPtr(&h, a.NodeName)
+				if a.TargetRef == nil {
+					h.WriteByte(0)
+				} else {
+					r := a.TargetRef
+					h.WriteByte(1)
+					for _, s := range []string{r.Kind, r.Namespace, r.Name, string(r.UID), r.APIVersion, r.ResourceVersion, r.FieldPath} {
+						writeString(&h, s)
+					}
+				}
+			}
+		}
+		writeInt(&h, len(ss.Ports))
+		for _, p := range ss.Ports {
+			writeString(&h, p.Name)
+			writeInt(&h, int(p.Port))
+			writeString(&h, string(protocolOrTCP(p.Protocol)))
+			writeStringPtr(&h, p.AppProtocol)
+		}
+	}
+	return h.Sum64()
+}
+
+// The writers below frame every value (length prefixes, presence bytes) so
+// that different field contents never write the same bytes.
+
+func writeInt(h *maphash.Hash, n int) {
+	var buf [20]byte
+	h.Write(strconv.AppendInt(buf[:0], int64(n), 10))
+	h.WriteByte(';')
+}
+
+func writeString(h *maphash.Hash, s string) {
+	writeInt(h, len(s))
+	h.WriteString(s)
+}
+
+func writeStringPtr(h *maphash.Hash, p *string) {
+	if p == nil {
+		h.WriteByte(0)
+		return
+	}
+	h.WriteByte(1)
+	writeString(h, *p)
+}
+
+func writeBoolPtr(h *maphash.Hash, p *bool) {
+	switch {
+	case p == nil:
+		h.WriteByte(0)
+	case *p:
+		h.WriteByte(1)
+	default:
+		h.WriteByte(2)
+	}
+}

@@ -1,0 +1,168 @@
+package endpoints
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+)
+
+// endpointEqual is the reference for hashEndpoint: the fields
+// hubEndpointInto carries, nil hints equal to empty ones.
+func endpointEqual(a, b *discoveryv1.Endpoint) bool {
+	var ah, bh discoveryv1.EndpointHints
+	if a.Hints != nil {
+		ah = *a.Hints
+	}
+	if b.Hints != nil {
+		bh = *b.Hints
+	}
+	return slices.Equal(a.Addresses, b.Addresses) &&
+		ptrEqual(a.Conditions.Ready, b.Conditions.Ready) &&
+		ptrEqual(a.Conditions.Serving, b.Conditions.Serving) &&
+		ptrEqual(a.Conditions.Terminating, b.Conditions.Terminating) &&
+		ptrEqual(a.Hostname, b.Hostname) &&
+		ptrEqual(a.NodeName, b.NodeName) &&
+		ptrEqual(a.Zone, b.Zone) &&
+		slices.Equal(ah.ForZones, bh.ForZones) && slices.Equal(ah.ForNodes, bh.ForNodes)
+}
+
+// endpointVariants differ from each other in one field the hub carries,
+// except where noted.
+func endpointVariants() []discoveryv1.Endpoint {
+	base := func() discoveryv1.Endpoint { return endpoint("10.0.0.1", true) }
+	var out []discoveryv1.Endpoint
+	add := func(f func(*discoveryv1.Endpoint)) {
+		ep := base()
+		f(&ep)
+		out = append(out, ep)
+	}
+	add(func(*discoveryv1.Endpoint) {})
+	add(func(ep *discoveryv1.Endpoint) { ep.Addresses = []string{"10.0.0.2"} })
+	add(func(ep *discoveryv1.Endpoint) { ep.Addresses = []string{"10.0.0.1", "10.0.0.2"} })
+	add(func(ep *discoveryv1.Endpoint) { ep.Addresses = []string{"10.0.0.11"} })
+	add(func(ep *discoveryv1.Endpoint) { ep.Addresses = nil })
+	add(func(ep *discoveryv1.Endpoint) { ep.Conditions.Ready = nil })
+	add(func(ep *discoveryv1.Endpoint) { ep.Conditions.Ready = ptr.To(false) })
+	add(func(ep *discoveryv1.Endpoint) { ep.Conditions.Serving = ptr.To(true) })
+	add(func(ep *discoveryv1.Endpoint) { ep.Conditions.Terminating = ptr.To(false) })
+	add(func(ep *discoveryv1.Endpoint) { ep.Hostname = ptr.To("") })
+	add(func(ep *discoveryv1.Endpoint) { ep.Hostname = ptr.To("a") })
+	add(func(ep *discoveryv1.Endpoint) { ep.NodeName = ptr.To("a") })
+	add(func(ep *discoveryv1.Endpoint) { ep.Zone = ptr.To("a") })
+	add(func(ep *discoveryv1.Endpoint) { ep.Hostname, ep.Zone = ptr.To("a"), ptr.To("") })
+	add(func(ep *discoveryv1.Endpoint) { ep.Hostname, ep.Zone = ptr.To(""), ptr.To("a") })
+	add(func(ep *discoveryv1.Endpoint) {
+		ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}
+	})
+	add(func(ep *discoveryv1.Endpoint) {
+		ep.Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "a"}}}
+	})
+	// Equal to the base: fields the hub does not carry, and empty hints.
+	add(func(ep *discoveryv1.Endpoint) { ep.Hints = &discoveryv1.EndpointHints{} })
+	add(func(ep *discoveryv1.Endpoint) { ep.TargetRef = &corev1.ObjectReference{Name: "p"} })
+	add(func(ep *discoveryv1.Endpoint) { ep.DeprecatedTopology = map[string]string{"a": "b"} })
+	return out
+}
+
+func TestHashEndpointsAgreesWithEquality(t *testing.T) {
+	vs := endpointVariants()
+	for i := range vs {
+		for j := range vs {
+			a, b := &vs[i], &vs[j]
+			sameHash := hashEndpoints([]*discoveryv1.Endpoint{a}) == hashEndpoints([]*discoveryv1.Endpoint{b})
+			if want := endpointEqual(a, b); sameHash != want {
+				t.Errorf("variants %d and %d: equal hashes %v, equal endpoints %v\n%v\n%v", i, j, sameHash, want, a, b)
+			}
+		}
+	}
+	// The digest of a slice hashes like its endpoints, in order.
+	s := memberSlice("s", discoveryv1.AddressTypeIPv4, httpPorts, vs[:3]...)
+	d := DigestSlice(s)
+	if want := hashEndpoints([]*discoveryv1.Endpoint{&vs[0], &vs[1], &vs[2]}); d.Hash != want {
+		t.Errorf("DigestSlice hash %x, want %x", d.Hash, want)
+	}
+	if swapped := hashEndpoints([]*discoveryv1.Endpoint{&vs[1], &vs[0], &vs[2]}); d.Hash == swapped {
+		t.Error("hash does not depend on endpoint order")
+	}
+	if !slices.Equal(d.Addresses, []string{"10.0.0.1", "10.0.0.2", "10.0.0.1"}) {
+		t.Errorf("digest addresses %v", d.Addresses)
+	}
+}
+
+// TestEndpointFieldsKnown fails when client-go adds an Endpoint field: decide
+// whether the hub carries it (hubEndpointInto, hashEndpoint, endpointEqual).
+func TestEndpointFieldsKnown(t *testing.T) {
+	for _, tc := range []struct {
+		typ  reflect.Type
+		want []string
+	}{
+		{reflect.TypeFor[discoveryv1.Endpoint](), []string{"Addresses", "Conditions", "Hostname", "TargetRef", "DeprecatedTopology", "NodeName", "Zone", "Hints"}},
+		{reflect.TypeFor[discoveryv1.EndpointConditions](), []string{"Ready", "Serving", "Terminating"}},
+		{reflect.TypeFor[discoveryv1.EndpointHints](), []string{"ForZones", "ForNodes"}},
+		{reflect.TypeFor[corev1.EndpointAddress](), []string{"IP", "Hostname", "NodeName", "TargetRef"}},
+		{reflect.TypeFor[corev1.EndpointPort](), []string{"Name", "Port", "Protocol", "AppProtocol"}},
+		{reflect.TypeFor[corev1.EndpointSubset](), []string{"Addresses", "NotReadyAddresses", "Ports"}},
+	} {
+		var got []string
+		for i := range tc.typ.NumField() {
+			got = append(got, tc.typ.Field(i).Name)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s fields %v, want %v", tc.typ, got, tc.want)
+		}
+	}
+}
+
+func TestHashSubsetsAgreesWithEquality(t *testing.T) {
+	base := func() []corev1.EndpointSubset {
+		return []corev1.EndpointSubset{{
+			Addresses:         []corev1.EndpointAddress{{IP: "10.0.0.1", NodeName: ptr.To("n")}},
+			NotReadyAddresses: []corev1.EndpointAddress{{IP: "10.0.0.2"}},
+			Ports:             []corev1.EndpointPort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		}}
+	}
+	var vs [][]corev1.EndpointSubset
+	add := func(f func([]corev1.EndpointSubset) []corev1.EndpointSubset) { vs = append(vs, f(base())) }
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { return s })
+	add(func([]corev1.EndpointSubset) []corev1.EndpointSubset { return nil })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { return append(s, corev1.EndpointSubset{}) })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Addresses[0].IP = "10.0.0.3"; return s })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset {
+		s[0].Addresses, s[0].NotReadyAddresses = s[0].NotReadyAddresses, s[0].Addresses
+		return s
+	})
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Addresses[0].Hostname = "h"; return s })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Addresses[0].NodeName = nil; return s })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset {
+		s[0].Addresses[0].NodeName = ptr.To("")
+		return s
+	})
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset {
+		s[0].Addresses[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "p"}
+		return s
+	})
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Ports[0].Port = 81; return s })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Ports[0].Name = "web"; return s })
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset {
+		s[0].Ports[0].Protocol = corev1.ProtocolUDP
+		return s
+	})
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset {
+		s[0].Ports[0].AppProtocol = ptr.To("h2c")
+		return s
+	})
+	// Equal to the base: an unset protocol is TCP.
+	add(func(s []corev1.EndpointSubset) []corev1.EndpointSubset { s[0].Ports[0].Protocol = ""; return s })
+	for i := range vs {
+		for j := range vs {
+			sameHash := hashSubsets(vs[i]) == hashSubsets(vs[j])
+			if want := slices.EqualFunc(vs[i], vs[j], subsetEqual); sameHash != want {
+				t.Errorf("variants %d and %d: equal hashes %v, equal subsets %v", i, j, sameHash, want)
+			}
+		}
+	}
+}

@@ -4,17 +4,21 @@ package compact
 import (
 	stdsync "sync"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
-// EndpointSlice makes a cached EndpointSlice share what its endpoints repeat: the
-// condition booleans point to shared values, and node and zone names point to
-// one interned string each. It changes no value, only where values live;
-// the slice must be treated as read-only afterwards, as every cached
-// object is. Informer transforms call it, so the members' and the hub's
-// caches hold one endpoint in about two thirds of the memory.
+// EndpointSlice makes a cached EndpointSlice share what its endpoints repeat:
+// the condition booleans point to shared values, and node and zone names
+// point to one interned string each. The endpoints move to an array of their
+// exact length (decoding grows it by doubling). It changes no value, only
+// where values live; the slice must be treated as read-only afterwards, as
+// every cached object is. The member informers' transform calls it.
 func EndpointSlice(s *discoveryv1.EndpointSlice) {
+	if cap(s.Endpoints) > len(s.Endpoints) {
+		exact := make([]discoveryv1.Endpoint, len(s.Endpoints))
+		copy(exact, s.Endpoints)
+		s.Endpoints = exact
+	}
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
 		ep.Conditions.Ready = sharedBool(ep.Conditions.Ready)
@@ -68,15 +72,4 @@ func (t *internTable) intern(p *string) *string {
 	}
 	t.m[*p] = p
 	return p
-}
-
-// Endpoints makes a cached Endpoints share its addresses' node names.
-func Endpoints(e *corev1.Endpoints) {
-	for i := range e.Subsets {
-		for _, as := range [][]corev1.EndpointAddress{e.Subsets[i].Addresses, e.Subsets[i].NotReadyAddresses} {
-			for j := range as {
-				as[j].NodeName = names.intern(as[j].NodeName)
-			}
-		}
-	}
 }

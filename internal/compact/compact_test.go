@@ -46,3 +46,11 @@ func TestEndpointSliceSharesValuesWithoutChangingThem(t *testing.T) {
 		t.Error("names are not shared across slices")
 	}
 }
+
+func TestEndpointSliceTrimsCapacity(t *testing.T) {
+	s := &discoveryv1.EndpointSlice{Endpoints: make([]discoveryv1.Endpoint, 3, 8)}
+	EndpointSlice(s)
+	if len(s.Endpoints) != 3 || cap(s.Endpoints) != 3 {
+		t.Errorf("len %d cap %d, want 3 and 3", len(s.Endpoints), cap(s.Endpoints))
+	}
+}

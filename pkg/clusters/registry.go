@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 // Registration Secret contract.
@@ -76,6 +75,12 @@ type Options struct {
 	// cannot starve the others.
 	QPS   float32
 	Burst int
+	// Compression lets members gzip their responses (client-go's default).
+	// Without it the daemon asks for plain responses: a compressed watch
+	// holds about 40 KB of decompressor state for as long as it runs, which
+	// at two or three watches per member is most of a member's cost in the
+	// daemon, and its member API server holds a compressor for each.
+	Compression bool
 	// WatchServiceExports adds a ServiceExport informer per member.
 	WatchServiceExports bool
 	Policy              KubeconfigPolicy
@@ -164,19 +169,7 @@ func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handle
 }
 
 func defaultClients(watchExports bool) func(*rest.Config) (Clients, error) {
-	return func(cfg *rest.Config) (Clients, error) {
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return Clients{}, err
-		}
-		c := Clients{Kube: kube}
-		if watchExports {
-			if c.MCS, err = mcsclientset.NewForConfig(cfg); err != nil {
-				return Clients{}, err
-			}
-		}
-		return c, nil
-	}
+	return func(cfg *rest.Config) (Clients, error) { return newMemberClients(cfg, watchExports) }
 }
 
 func (r *Registry) enqueue(obj interface{}) {
@@ -352,9 +345,7 @@ func (r *Registry) syncSecret(key string) error {
 		// The Secret now names another cluster: withdraw the old name.
 		r.removeSecret(key, secret)
 	}
-	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
-	cfg.UserAgent = r.opts.UserAgent
-	cfg.WarningHandler = r.opts.WarningHandler
+	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		r.warn(secret, ReasonClientFailed, "building client for member %q: %v", cluster, err)
@@ -385,12 +376,20 @@ func (r *Registry) syncSecret(key string) error {
 	return nil
 }
 
-// addStatic registers a member that has no Secret.
-func (r *Registry) addStatic(name string, cfg *rest.Config) error {
-	cfg = rest.CopyConfig(cfg)
+// configure applies the daemon's client settings to a member's config.
+func (r *Registry) configure(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
 	cfg.UserAgent = r.opts.UserAgent
 	cfg.WarningHandler = r.opts.WarningHandler
+	if !r.opts.Compression {
+		cfg.DisableCompression = true
+	}
+}
+
+// addStatic registers a member that has no Secret.
+func (r *Registry) addStatic(name string, cfg *rest.Config) error {
+	cfg = rest.CopyConfig(cfg)
+	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,63 @@
+package clusters
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+)
+
+// memberKube is the part of kubernetes.Interface the daemon uses on a
+// member: core/v1 and discovery.k8s.io/v1 for its informers, and the
+// discovery client for its health probe. A full Clientset builds a REST
+// client, codecs and negotiator for each of some fifty API groups: about
+// 40 KB per member that nothing reads. Calling any other group panics (the
+// embedded interface is nil); the member code calls none.
+type memberKube struct {
+	kubernetes.Interface
+	core      corev1client.CoreV1Interface
+	discovery discoveryv1client.DiscoveryV1Interface
+	disco     *discovery.DiscoveryClient
+}
+
+func (k *memberKube) CoreV1() corev1client.CoreV1Interface                { return k.core }
+func (k *memberKube) DiscoveryV1() discoveryv1client.DiscoveryV1Interface { return k.discovery }
+func (k *memberKube) Discovery() discovery.DiscoveryInterfaces            { return k.disco }
+
+// newMemberClients returns the clients of one member. Like a Clientset,
+// they share one HTTP client (one connection pool) and one rate limiter.
+func newMemberClients(cfg *rest.Config, watchExports bool) (Clients, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.RateLimiter == nil && cfg.QPS > 0 {
+		if cfg.Burst <= 0 {
+			return Clients{}, fmt.Errorf("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to greater than 0")
+		}
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	k := &memberKube{}
+	if k.core, err = corev1client.NewForConfigAndClient(cfg, hc); err != nil {
+		return Clients{}, err
+	}
+	if k.discovery, err = discoveryv1client.NewForConfigAndClient(cfg, hc); err != nil {
+		return Clients{}, err
+	}
+	if k.disco, err = discovery.NewDiscoveryClientForConfigAndClient(cfg, hc); err != nil {
+		return Clients{}, err
+	}
+	c := Clients{Kube: k}
+	if watchExports {
+		if c.MCS, err = mcsclientset.NewForConfigAndClient(cfg, hc); err != nil {
+			return Clients{}, err
+		}
+	}
+	return c, nil
+}

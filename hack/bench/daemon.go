@@ -51,8 +51,8 @@ func daemonArgs(c *config, hubKubeconfig, metricsAddr string) []string {
 }
 
 // startDaemon starts the binary with args (a --metrics-bind-address among
-// them) and logs to logPath.
-func startDaemon(binary string, args []string, metricsAddr, logPath string) (*daemonProc, error) {
+// them) and env added to the benchmark's environment, and logs to logPath.
+func startDaemon(binary string, args, env []string, metricsAddr, logPath string) (*daemonProc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -60,6 +60,9 @@ func startDaemon(binary string, args []string, metricsAddr, logPath string) (*da
 	defer logf.Close() // the child has its own descriptor
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	setProcAttrs(cmd)
 	d := &daemonProc{
 		cmd: cmd, base: "http://" + metricsAddr, logPath: logPath, done: make(chan struct{}),

@@ -54,6 +54,7 @@ type config struct {
 	timeout       time.Duration
 	keepLogs      bool
 	daemonFlags   []string
+	daemonEnv     []string
 }
 
 func main() {
@@ -78,6 +79,13 @@ func main() {
 	flag.BoolVar(&c.keepLogs, "keep-logs", false, "keep the daemon's logs (printed path) instead of removing them")
 	flag.Func("daemon-flag", "one more flag for the daemon, e.g. -daemon-flag=--member-lease-duration=0 (repeatable; for diagnosis: the report says the run was not the default)", func(v string) error {
 		c.daemonFlags = append(c.daemonFlags, v)
+		return nil
+	})
+	flag.Func("daemon-env", "one more environment variable for the daemon, e.g. -daemon-env=GOGC=50 (repeatable; for diagnosis, reported like -daemon-flag)", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want NAME=VALUE, got %q", v)
+		}
+		c.daemonEnv = append(c.daemonEnv, v)
 		return nil
 	})
 	flag.Parse()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -44,6 +45,7 @@ type params struct {
 	Burst               int      `json:"burst"`
 	PerClusterServices  string   `json:"perClusterServices"`
 	DaemonFlags         []string `json:"daemonFlags,omitempty"`
+	DaemonEnv           []string `json:"daemonEnv,omitempty"`
 	// WritesPerChange is what one member endpoint change must write: the
 	// hub slice holding it, and the per-cluster Endpoints unless off.
 	WritesPerChange int `json:"writesPerChange"`
@@ -160,7 +162,7 @@ func newResults(c *config) *results {
 			Members: c.members, ServicesPerMember: c.services, EndpointsPerService: c.endpoints,
 			AggregatedEndpoints: c.members * c.services * c.endpoints,
 			Churn:               c.churn, ChurnSeconds: c.churnDuration.Seconds(), Changes: c.changes,
-			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster, DaemonFlags: c.daemonFlags,
+			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster, DaemonFlags: c.daemonFlags, DaemonEnv: c.daemonEnv,
 			WritesPerChange: wpc,
 		},
 	}
@@ -271,7 +273,7 @@ func (r *results) finish(proxyRequests int64) {
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("Scale: %d simulated members × %d services × %d endpoints = %d aggregated endpoints; per-cluster Services %s; daemon and floor: %d workers, QPS %g, burst %d.",
 			p.Members, p.ServicesPerMember, p.EndpointsPerService, p.AggregatedEndpoints, p.PerClusterServices, p.Workers, p.QPS, p.Burst)+
-			extraFlags(p.DaemonFlags),
+			extraFlags(append(slices.Clone(p.DaemonFlags), p.DaemonEnv...)),
 		fmt.Sprintf("Daemon cold start: ready (every member synced) after %.1f s, converged after %.1f s, %.1f CPU-seconds; writes %s; %.0f syncs (%s) for %d member services and %d clusterset services.",
 			d.ReadySeconds, d.ColdSeconds, d.ColdCPUSeconds, d.ColdWritesDetail, d.ColdSyncs, d.ColdSyncsDetail,
 			p.Members*p.ServicesPerMember, p.ServicesPerMember),

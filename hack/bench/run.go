@@ -231,7 +231,7 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 				}
 			}
 		}
-		d, err = startDaemon(c.binary, args, addr, logPath)
+		d, err = startDaemon(c.binary, args, c.daemonEnv, addr, logPath)
 		return err
 	}
 

@@ -55,7 +55,12 @@ func startMemberProxy(cfg *rest.Config, views []string) (*memberProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	upstream, err := rest.TransportFor(cfg)
+	// Pass Accept-Encoding through as the client sent it: left to itself the
+	// upstream transport would ask for gzip and decompress here, for a client
+	// that asked for a plain response.
+	plain := rest.CopyConfig(cfg)
+	plain.DisableCompression = true
+	upstream, err := rest.TransportFor(plain)
 	if err != nil {
 		return nil, err
 	}

@@ -34,17 +34,17 @@ func TestMemberClientsServeWhatMembersUse(t *testing.T) {
 
 func TestConfigureMemberCompression(t *testing.T) {
 	for _, tc := range []struct {
-		compression, kubeconfigDisables, wantDisabled bool
+		daemonDisables, kubeconfigDisables, wantDisabled bool
 	}{
-		{compression: false, kubeconfigDisables: false, wantDisabled: true},
-		{compression: true, kubeconfigDisables: false, wantDisabled: false},
-		{compression: true, kubeconfigDisables: true, wantDisabled: true},
+		{daemonDisables: false, kubeconfigDisables: false, wantDisabled: false},
+		{daemonDisables: false, kubeconfigDisables: true, wantDisabled: true},
+		{daemonDisables: true, kubeconfigDisables: false, wantDisabled: true},
 	} {
-		r := &Registry{opts: Options{Compression: tc.compression, QPS: 5, Burst: 10, UserAgent: "ua"}}
+		r := &Registry{opts: Options{DisableCompression: tc.daemonDisables, QPS: 5, Burst: 10, UserAgent: "ua"}}
 		cfg := &rest.Config{DisableCompression: tc.kubeconfigDisables}
 		r.configure(cfg)
 		if cfg.DisableCompression != tc.wantDisabled || cfg.QPS != 5 || cfg.Burst != 10 || cfg.UserAgent != "ua" {
-			t.Errorf("compression %v, kubeconfig disables %v: got %+v", tc.compression, tc.kubeconfigDisables, cfg)
+			t.Errorf("daemon disables %v, kubeconfig disables %v: got %+v", tc.daemonDisables, tc.kubeconfigDisables, cfg)
 		}
 	}
 }

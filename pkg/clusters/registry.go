@@ -75,12 +75,11 @@ type Options struct {
 	// cannot starve the others.
 	QPS   float32
 	Burst int
-	// Compression lets members gzip their responses (client-go's default).
-	// Without it the daemon asks for plain responses: a compressed watch
-	// holds about 40 KB of decompressor state for as long as it runs, which
-	// at two or three watches per member is most of a member's cost in the
-	// daemon, and its member API server holds a compressor for each.
-	Compression bool
+	// DisableCompression asks members for plain responses instead of gzip
+	// (client-go's default). A compressed watch holds about 40 KB of
+	// decompressor state in the daemon for as long as it runs, and a
+	// compressor in the member's API server.
+	DisableCompression bool
 	// WatchServiceExports adds a ServiceExport informer per member.
 	WatchServiceExports bool
 	Policy              KubeconfigPolicy
@@ -381,7 +380,7 @@ func (r *Registry) configure(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
 	cfg.UserAgent = r.opts.UserAgent
 	cfg.WarningHandler = r.opts.WarningHandler
-	if !r.opts.Compression {
+	if r.opts.DisableCompression {
 		cfg.DisableCompression = true
 	}
 }

@@ -109,7 +109,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		SyncTimeout:         o.MemberSyncTimeout,
 		QPS:                 o.MemberQPS,
 		Burst:               o.MemberBurst,
-		Compression:         o.MemberCompression,
+		DisableCompression:  !o.MemberCompression,
 		WatchServiceExports: o.ExportMode == string(easync.ExportServiceExport),
 		Policy:              o.KubeconfigPolicy,
 		UserAgent:           cfg.UserAgent,

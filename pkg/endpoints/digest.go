@@ -1,8 +1,8 @@
 package endpoints
 
 import (
+	"encoding/binary"
 	"hash/maphash"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -188,9 +188,8 @@ func hashSubsets(subsets []corev1.EndpointSubset) uint64 {
 // that different field contents never write the same bytes.
 
 func writeInt(h *maphash.Hash, n int) {
-	var buf [20]byte
-	h.Write(strconv.AppendInt(buf[:0], int64(n), 10))
-	h.WriteByte(';')
+	var buf [binary.MaxVarintLen64]byte
+	h.Write(binary.AppendVarint(buf[:0], int64(n))) // self-delimiting
 }
 
 func writeString(h *maphash.Hash, s string) {

@@ -166,3 +166,12 @@ func TestHashSubsetsAgreesWithEquality(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDigestSlice is the hub informer's cost per slice event.
+func BenchmarkDigestSlice(b *testing.B) {
+	s := memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 100)...)
+	b.ReportAllocs()
+	for b.Loop() {
+		DigestSlice(s)
+	}
+}

@@ -29,28 +29,29 @@ func (k *memberKube) CoreV1() corev1client.CoreV1Interface                { retu
 func (k *memberKube) DiscoveryV1() discoveryv1client.DiscoveryV1Interface { return k.discovery }
 func (k *memberKube) Discovery() discovery.DiscoveryInterfaces            { return k.disco }
 
-// newMemberClients returns the clients of one member. Like a Clientset,
-// they share one HTTP client (one connection pool) and one rate limiter.
+// newMemberClients returns the clients of one member, sharing one HTTP
+// client (one connection pool). As with the Clientset they replace, the
+// Kubernetes groups share one rate limiter and the MCS client has its own.
 func newMemberClients(cfg *rest.Config, watchExports bool) (Clients, error) {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.RateLimiter == nil && cfg.QPS > 0 {
-		if cfg.Burst <= 0 {
-			return Clients{}, fmt.Errorf("burst is required to be greater than 0 when RateLimiter is not set and QPS is set to greater than 0")
-		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
-	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return Clients{}, err
 	}
+	kcfg := rest.CopyConfig(cfg)
+	if kcfg.RateLimiter == nil && kcfg.QPS > 0 {
+		if kcfg.Burst <= 0 {
+			return Clients{}, fmt.Errorf("member client: QPS %v needs a burst of at least 1", kcfg.QPS)
+		}
+		kcfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(kcfg.QPS, kcfg.Burst)
+	}
 	k := &memberKube{}
-	if k.core, err = corev1client.NewForConfigAndClient(cfg, hc); err != nil {
+	if k.core, err = corev1client.NewForConfigAndClient(kcfg, hc); err != nil {
 		return Clients{}, err
 	}
-	if k.discovery, err = discoveryv1client.NewForConfigAndClient(cfg, hc); err != nil {
+	if k.discovery, err = discoveryv1client.NewForConfigAndClient(kcfg, hc); err != nil {
 		return Clients{}, err
 	}
-	if k.disco, err = discovery.NewDiscoveryClientForConfigAndClient(cfg, hc); err != nil {
+	if k.disco, err = discovery.NewDiscoveryClientForConfigAndClient(kcfg, hc); err != nil {
 		return Clients{}, err
 	}
 	c := Clients{Kube: k}

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -31,7 +32,7 @@ type SliceDigest struct {
 	// "" for an endpoint without one.
 	Addresses []string
 	// Hash covers, in the slice's order, the endpoint fields the daemon
-	// writes (those endpointEqual compares).
+	// writes (see hashEndpoint).
 	Hash uint64
 }
 
@@ -82,11 +83,13 @@ func (d *SliceDigest) Meta() *discoveryv1.EndpointSlice {
 func (d *SliceDigest) DeepCopyObject() runtime.Object {
 	out := *d
 	d.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Ports = make([]discoveryv1.EndpointPort, len(d.Ports))
-	for i := range d.Ports {
-		d.Ports[i].DeepCopyInto(&out.Ports[i])
+	if d.Ports != nil {
+		out.Ports = make([]discoveryv1.EndpointPort, len(d.Ports))
+		for i := range d.Ports {
+			d.Ports[i].DeepCopyInto(&out.Ports[i])
+		}
 	}
-	out.Addresses = append([]string(nil), d.Addresses...)
+	out.Addresses = slices.Clone(d.Addresses)
 	return &out
 }
 
@@ -95,7 +98,7 @@ func (d *SliceDigest) DeepCopyObject() runtime.Object {
 type EndpointsDigest struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
-	// Hash covers the subsets as subsetEqual compares them.
+	// Hash covers the subsets (see hashSubsets).
 	Hash uint64
 }
 
@@ -119,8 +122,10 @@ func (d *EndpointsDigest) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// hashEndpoint writes the fields endpointEqual compares; nil hints and
-// empty ones write the same.
+// hashEndpoint writes the fields hubEndpointInto carries; nil hints and
+// empty ones write the same. TargetRef and DeprecatedTopology, which the
+// hub never carries, are left out, so adding them to a hub slice is not a
+// difference. digest_test.go checks the hash against field-by-field equality.
 func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 	writeInt(h, len(ep.Addresses))
 	for _, a := range ep.Addresses {
@@ -147,8 +152,8 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 	}
 }
 
-// hashSubsets hashes subsets as subsetEqual compares them: an unset port
-// protocol reads as TCP.
+// hashSubsets hashes every field of subsets, in order, except that an
+// unset port protocol reads as TCP, as the API server defaults it.
 func hashSubsets(subsets []corev1.EndpointSubset) uint64 {
 	var h maphash.Hash
 	h.SetSeed(hashSeed)

@@ -117,6 +117,23 @@ func TestEndpointFieldsKnown(t *testing.T) {
 	}
 }
 
+// subsetEqual is the reference for hashSubsets.
+func subsetEqual(a, b corev1.EndpointSubset) bool {
+	return slices.EqualFunc(a.Addresses, b.Addresses, addressEqual) &&
+		slices.EqualFunc(a.NotReadyAddresses, b.NotReadyAddresses, addressEqual) &&
+		slices.EqualFunc(a.Ports, b.Ports, func(x, y corev1.EndpointPort) bool {
+			return x.Name == y.Name && x.Port == y.Port &&
+				protocolOrTCP(x.Protocol) == protocolOrTCP(y.Protocol) &&
+				ptrEqual(x.AppProtocol, y.AppProtocol)
+		})
+}
+
+// addressEqual compares every field of an address.
+func addressEqual(a, b corev1.EndpointAddress) bool {
+	return a.IP == b.IP && a.Hostname == b.Hostname &&
+		ptrEqual(a.NodeName, b.NodeName) && ptrEqual(a.TargetRef, b.TargetRef)
+}
+
 func TestHashSubsetsAgreesWithEquality(t *testing.T) {
 	base := func() []corev1.EndpointSubset {
 		return []corev1.EndpointSubset{{
@@ -173,5 +190,24 @@ func BenchmarkDigestSlice(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		DigestSlice(s)
+	}
+}
+
+// TestDigestDeepCopyIsExact matters to client-go's cache mutation detector,
+// which compares cached objects with their deep copies.
+func TestDigestDeepCopyIsExact(t *testing.T) {
+	for _, s := range []*discoveryv1.EndpointSlice{
+		memberSlice("full", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 3)...),
+		{AddressType: discoveryv1.AddressTypeIPv4},
+		{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{}},
+	} {
+		d := DigestSlice(s)
+		if cp := d.DeepCopyObject(); !reflect.DeepEqual(cp, d) {
+			t.Errorf("slice %q: deep copy %+v differs from %+v", s.Name, cp, d)
+		}
+	}
+	e := DigestEndpoints(&corev1.Endpoints{})
+	if cp := e.DeepCopyObject(); !reflect.DeepEqual(cp, e) {
+		t.Errorf("Endpoints: deep copy %+v differs from %+v", cp, e)
 	}
 }

@@ -14,7 +14,9 @@
 //
 // The package is pure: it depends on API types only, never on a client. Its
 // inputs usually come from informer caches, so no function mutates its
-// arguments and no returned object shares memory with them. The UpToDate and
+// arguments and no returned object shares memory with them, except the
+// digests (DigestSlice, DigestEndpoints), which an informer transform
+// builds from objects it then drops. The UpToDate and
 // Merge helpers compare and apply only the fields this package owns, so that
 // fields defaulted or allocated by the API server never cause writes.
 package endpoints

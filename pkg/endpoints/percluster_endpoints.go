@@ -213,18 +213,3 @@ func MergeEndpoints(desired *corev1.Endpoints, live *EndpointsDigest) *corev1.En
 	}
 	return out
 }
-
-func subsetEqual(a, b corev1.EndpointSubset) bool {
-	return slices.EqualFunc(a.Addresses, b.Addresses, addressEqual) &&
-		slices.EqualFunc(a.NotReadyAddresses, b.NotReadyAddresses, addressEqual) &&
-		slices.EqualFunc(a.Ports, b.Ports, func(x, y corev1.EndpointPort) bool {
-			return x.Name == y.Name && x.Port == y.Port &&
-				protocolOrTCP(x.Protocol) == protocolOrTCP(y.Protocol) &&
-				ptrEqual(x.AppProtocol, y.AppProtocol)
-		})
-}
-
-func addressEqual(a, b corev1.EndpointAddress) bool {
-	return a.IP == b.IP && a.Hostname == b.Hostname &&
-		ptrEqual(a.NodeName, b.NodeName) && ptrEqual(a.TargetRef, b.TargetRef)
-}

@@ -32,11 +32,6 @@ func SliceLabels(namespace, service, cluster string) map[string]string {
 	}
 }
 
-// IsManagedSlice reports whether slice was written by endpoint-aggregator.
-func IsManagedSlice(slice *discoveryv1.EndpointSlice) bool {
-	return slice.Labels[discoveryv1.LabelManagedBy] == SliceManagedByValue
-}
-
 // ownsSlice reports whether slice is one of our hub slices for service in
 // cluster.
 func ownsSlice(slice *SliceDigest, namespace, service, cluster string) bool {

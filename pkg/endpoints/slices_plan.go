@@ -43,7 +43,7 @@ func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoin
 // PlanSlices returns the writes that turn existing, the digests of the hub
 // slices of src read from a cache, into the desired aggregation of src's
 // member slices.
-// existing is never modified. Slices not ours for src (see IsManagedSlice) are
+// existing is never modified. Slices not ours for src (see ownsSlice) are
 // ignored, but their names are never reused.
 //
 // Like the upstream EndpointSlice reconciler it minimizes churn:

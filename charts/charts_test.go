@@ -372,6 +372,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "image.noSuchValue=1"}, "'noSuchValue' not allowed"},
 		{[]string{"--set-json", `includeNamespaces=["Not_A_Namespace"]`}, "/includeNamespaces/0"},
 		{[]string{"--set", "memberSyncTimeout=soon"}, "/memberSyncTimeout"},
+		{[]string{"--set", "memberHealth.probeInterval=0s"}, "/memberHealth/probeInterval"},
+		{[]string{"--set", "memberHealth.probeTimeout=0m0s"}, "/memberHealth/probeTimeout"},
+		{[]string{"--set", "memberHealth=null"}, "memberHealth"},
 		{[]string{"--set", "leaderElection.enabled=false"}, "replicas > 1 needs leaderElection.enabled"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
 	} {

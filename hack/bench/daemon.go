@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 )
 
 // daemonProc is the endpoint-aggregator under test, run as a subprocess so
@@ -111,15 +113,11 @@ func (d *daemonProc) stop(timeout time.Duration) error {
 }
 
 func (d *daemonProc) logTail() string {
-	data, err := os.ReadFile(d.logPath)
-	if err != nil || len(data) == 0 {
+	s, err := testenv.TailFile(d.logPath, 20)
+	if err != nil || s == "" {
 		return ""
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return "\n--- last lines of the daemon's log ---\n" + strings.Join(lines, "\n")
+	return "\n--- last lines of the daemon's log ---\n" + s
 }
 
 func (d *daemonProc) get(ctx context.Context, path string) (*http.Response, error) {

@@ -42,8 +42,10 @@ type floor struct {
 
 // floorKey is what the floor last wrote for one member service.
 type floorKey struct {
-	mu     sync.Mutex
-	slices []*discoveryv1.EndpointSlice
+	mu sync.Mutex
+	// slices are digests of the written slices, what PlanSlices reads (the
+	// daemon's hub cache holds the same).
+	slices []*endpoints.SliceDigest
 	eps    *corev1.Endpoints
 }
 
@@ -117,7 +119,7 @@ func (fl *floor) coldJobs() []func(context.Context) error {
 						return err
 					}
 					fl.writes.Add(1)
-					fk.slices = append(fk.slices, out)
+					fk.slices = append(fk.slices, endpoints.DigestSlice(out))
 				}
 				return nil
 			})
@@ -288,13 +290,9 @@ func (fl *floor) sync(ctx context.Context, k int, memberSlices []*discoveryv1.En
 	fk := fl.keys[k]
 	fk.mu.Lock()
 	defer fk.mu.Unlock()
-	existing := make([]*endpoints.SliceDigest, len(fk.slices))
-	for i, s := range fk.slices {
-		existing[i] = endpoints.DigestSlice(s)
-	}
-	plan := endpoints.PlanSlices(src, existing)
+	plan := endpoints.PlanSlices(src, fk.slices)
 	api := fl.hub.DiscoveryV1().EndpointSlices(appNamespace)
-	byName := map[string]*discoveryv1.EndpointSlice{}
+	byName := map[string]*endpoints.SliceDigest{}
 	for _, s := range fk.slices {
 		byName[s.Name] = s
 	}
@@ -304,7 +302,7 @@ func (fl *floor) sync(ctx context.Context, k int, memberSlices []*discoveryv1.En
 			return err
 		}
 		fl.writes.Add(1)
-		byName[out.Name] = out
+		byName[out.Name] = endpoints.DigestSlice(out)
 	}
 	for _, s := range plan.Update {
 		out, err := api.Update(ctx, s, metav1.UpdateOptions{})
@@ -312,7 +310,7 @@ func (fl *floor) sync(ctx context.Context, k int, memberSlices []*discoveryv1.En
 			return err
 		}
 		fl.writes.Add(1)
-		byName[out.Name] = out
+		byName[out.Name] = endpoints.DigestSlice(out)
 	}
 	for _, s := range plan.Delete {
 		if err := api.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {

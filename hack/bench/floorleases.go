@@ -5,6 +5,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -38,9 +39,10 @@ func (fl *floor) keepLeases(ctx context.Context) {
 			case <-pace.C:
 			}
 			now := metav1.NewMicroTime(time.Now())
+			var out *coordinationv1.Lease
 			var err error
 			if leases[i] == nil {
-				leases[i], err = api.Create(ctx, &coordinationv1.Lease{
+				out, err = api.Create(ctx, &coordinationv1.Lease{
 					ObjectMeta: metav1.ObjectMeta{Name: easync.MemberLeasePrefix + m},
 					Spec: coordinationv1.LeaseSpec{
 						HolderIdentity:       ptr.To("endpoint-aggregator-bench-floor"),
@@ -52,15 +54,20 @@ func (fl *floor) keepLeases(ctx context.Context) {
 			} else {
 				l := leases[i].DeepCopy()
 				l.Spec.RenewTime = &now
-				leases[i], err = api.Update(ctx, l, metav1.UpdateOptions{})
+				out, err = api.Update(ctx, l, metav1.UpdateOptions{})
 			}
 			if err != nil {
-				leases[i] = nil
+				// Keep the last copy (the next round retries the update)
+				// unless the Lease is gone.
+				if apierrors.IsNotFound(err) {
+					leases[i] = nil
+				}
 				if ctx.Err() == nil {
 					logf("floor: lease %s: %v", m, err)
 				}
 				continue
 			}
+			leases[i] = out
 			fl.leaseWrites.Add(1)
 		}
 		select {

@@ -42,7 +42,8 @@ func sharedBool(p *bool) *bool {
 }
 
 // maxInterned bounds the interned names: node and zone names number in the
-// thousands; past the bound (a member inventing names) nothing is shared.
+// thousands. Past the bound (nodes come and go for weeks, or a member
+// invents names) the table starts afresh; names already shared stay valid.
 const maxInterned = 1 << 16
 
 type internTable struct {
@@ -68,7 +69,7 @@ func (t *internTable) intern(p *string) *string {
 		return q
 	}
 	if len(t.m) >= maxInterned {
-		return p
+		clear(t.m)
 	}
 	t.m[*p] = p
 	return p

@@ -54,3 +54,18 @@ func TestEndpointSliceTrimsCapacity(t *testing.T) {
 		t.Errorf("len %d cap %d, want 3 and 3", len(s.Endpoints), cap(s.Endpoints))
 	}
 }
+
+// A full table starts afresh instead of refusing new names for good.
+func TestInternTableStartsAfreshWhenFull(t *testing.T) {
+	tbl := internTable{m: map[string]*string{}}
+	for i := range maxInterned {
+		tbl.intern(ptr.To(fmt.Sprint("old-node-", i)))
+	}
+	a, b := tbl.intern(ptr.To("new-node")), tbl.intern(ptr.To("new-node"))
+	if a != b {
+		t.Error("a new name is not shared once the table is full")
+	}
+	if len(tbl.m) > maxInterned {
+		t.Errorf("%d names interned, bound %d", len(tbl.m), maxInterned)
+	}
+}

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -319,15 +318,11 @@ func (c *Cluster) closeLogs() {
 func (c *Cluster) logTails() string {
 	var b strings.Builder
 	for _, name := range []string{"etcd.log", "kube-apiserver.log"} {
-		data, err := os.ReadFile(filepath.Join(c.Dir, name))
-		if err != nil || len(bytes.TrimSpace(data)) == 0 {
+		s, err := TailFile(filepath.Join(c.Dir, name), 15)
+		if err != nil || s == "" {
 			continue
 		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 15 {
-			lines = lines[len(lines)-15:]
-		}
-		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", name, strings.Join(lines, "\n"))
+		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", name, s)
 	}
 	return b.String()
 }

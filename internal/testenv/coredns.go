@@ -285,15 +285,11 @@ func freeTCPPort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// tail returns the last n lines of the file at path.
+// tail returns the last n lines of the file at path, or why it cannot.
 func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
+	s, err := TailFile(path, n)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return s
 }

@@ -29,6 +29,8 @@ const sliceServiceIndex = "service"
 
 // Clients are the API clients of one member.
 type Clients struct {
+	// Kube serves core/v1, discovery.k8s.io/v1 and discovery for real
+	// members (newMemberClients): calling any other group panics.
 	Kube kubernetes.Interface
 	// MCS is nil unless ServiceExports are watched.
 	MCS mcsclientset.Interface

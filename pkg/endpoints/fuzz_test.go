@@ -192,6 +192,32 @@ func TestSanitizeDropsAnUnnamedPortBesideNamedOnes(t *testing.T) {
 	}
 }
 
+// A port name used twice in a slice is refused by the hub: the first port
+// of that name stays, and so do the endpoints.
+func TestSanitizeDropsARepeatedPortName(t *testing.T) {
+	sl := &discoveryv1.EndpointSlice{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}},
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("http"), Port: ptr.To[int32](8080)},
+			{Name: ptr.To("metrics"), Port: ptr.To[int32](9090)},
+			{Name: ptr.To("http"), Port: ptr.To[int32](8081)},
+		},
+	}
+	before := sl.DeepCopy()
+	out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}})
+	if dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
+		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
+	}
+	ps := out.Slices[0].Ports
+	if len(ps) != 2 || *ps[0].Name != "http" || *ps[0].Port != 8080 || *ps[1].Name != "metrics" {
+		t.Errorf("ports %+v, want http/8080 and metrics", ps)
+	}
+	if !equalSlices(before, sl) {
+		t.Error("input mutated")
+	}
+}
+
 func equalSlices(a, b *discoveryv1.EndpointSlice) bool {
 	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }

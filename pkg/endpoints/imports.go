@@ -193,7 +193,7 @@ func mergeExported(sorted []Export, get func(Export) map[string]string, reason C
 					out = make(map[string]string)
 				}
 				out[k], owner[k] = v, e.Cluster
-			case cur != v:
+			case cur != v && !e.LastKnown:
 				log.add(reason, fmt.Sprintf("%s %q", kind, k), owner[k], e.Cluster)
 			}
 		}
@@ -208,6 +208,8 @@ func mergeExported(sorted []Export, get func(Export) map[string]string, reason C
 // cluster. Ports come from perCluster (the member's own, as last seen) or
 // else from live; the other properties are live's, so the export agrees
 // with the import and changes nothing but what would otherwise be lost.
+// Its exported labels and annotations are live's (those it records as
+// exported), so keys only that member set are kept too.
 func LastKnownExport(cluster string, live *mcsv1beta1.ServiceImport, perCluster *corev1.Service) (Export, bool) {
 	if live == nil || !slices.ContainsFunc(live.Status.Clusters, func(s mcsv1beta1.ClusterStatus) bool { return s.Cluster == cluster }) {
 		return Export{}, false
@@ -236,7 +238,26 @@ func LastKnownExport(cluster string, live *mcsv1beta1.ServiceImport, perCluster 
 			svc.Spec.Ports = append(svc.Spec.Ports, servicePort(p.Name, p.Protocol, p.Port, p.AppProtocol))
 		}
 	}
-	return Export{Cluster: cluster, Service: svc, Created: live.CreationTimestamp, LastKnown: true}, true
+	return Export{
+		Cluster: cluster, Service: svc, Created: live.CreationTimestamp, LastKnown: true,
+		ExportedLabels:      recordedExported(live.Labels, live.Annotations[AnnotationExportedLabels]),
+		ExportedAnnotations: recordedExported(live.Annotations, live.Annotations[AnnotationExportedAnnotations]),
+	}, true
+}
+
+// recordedExported returns the entries of m whose keys the comma-separated
+// list names (see setImportMeta), or nil.
+func recordedExported(m map[string]string, keys string) map[string]string {
+	var out map[string]string
+	for _, k := range strings.Split(keys, ",") {
+		if v, ok := m[k]; ok && k != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // boolCompare orders false before true.

@@ -428,3 +428,31 @@ func TestMergeImportNeverMixesUnnamedAndNamedPorts(t *testing.T) {
 		})
 	}
 }
+
+// A remembered export keeps the labels and annotations the import records as
+// exported: keys only that member set stay, live exports win the others, and
+// nothing is reported as a conflict.
+func TestLastKnownExportKeepsExportedLabelsAndAnnotations(t *testing.T) {
+	before := MergeImport(testNamespace, testService, []Export{
+		testExport("east", 0, func(e *Export) { e.ExportedLabels = map[string]string{"tier": "front"} }),
+		testExport("west", 1, func(e *Export) {
+			e.ExportedLabels = map[string]string{"team": "shop"}
+			e.ExportedAnnotations = map[string]string{"owner": "payments"}
+		}),
+	}).Import
+	west, ok := LastKnownExport("west", before, nil)
+	if !ok {
+		t.Fatal("no remembered export for west")
+	}
+	east := testExport("east", 0, func(e *Export) { e.ExportedLabels = map[string]string{"tier": "back"} })
+	res := MergeImport(testNamespace, testService, []Export{west, east})
+	if len(res.Conflicts) != 0 {
+		t.Errorf("conflicts with a remembered export: %+v", res.Conflicts)
+	}
+	if got := res.Import.Labels; got["team"] != "shop" || got["tier"] != "back" {
+		t.Errorf("labels = %v, want west's team kept and east's new tier", got)
+	}
+	if got := res.Import.Annotations["owner"]; got != "payments" {
+		t.Errorf("annotation owner = %q, want west's payments kept", got)
+	}
+}

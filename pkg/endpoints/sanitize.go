@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,28 +55,29 @@ func sanitizeSlice(sl *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, i
 	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
 		return sl, 0 // FQDN slices are never aggregated anyway
 	}
-	unnamed := 0
 	for _, p := range sl.Ports {
 		if !validPort(p) {
 			return nil, len(sl.Endpoints)
 		}
-		if p.Name == nil || *p.Name == "" {
-			unnamed++
-		}
 	}
-	dropPorts := unnamed > 0 && len(sl.Ports) > 1
+	dropPort, dropPorts := portsToDrop(sl.Ports)
 	bad := 0
 	for i := range sl.Endpoints {
 		if i >= maxMemberSliceEndpoints || !validEndpoint(sl.AddressType, &sl.Endpoints[i]) || len(sl.Endpoints[i].Addresses) > 1 {
 			bad++
 		}
 	}
-	if bad == 0 && !dropPorts {
+	if bad == 0 && dropPorts == 0 {
 		return sl, 0
 	}
 	c := sl.DeepCopy()
-	if dropPorts {
-		c.Ports = slices.DeleteFunc(c.Ports, func(p discoveryv1.EndpointPort) bool { return p.Name == nil || *p.Name == "" })
+	if dropPorts > 0 {
+		c.Ports = c.Ports[:0]
+		for i, p := range sl.Ports {
+			if !dropPort[i] {
+				c.Ports = append(c.Ports, *p.DeepCopy())
+			}
+		}
 	}
 	c.Endpoints = c.Endpoints[:0]
 	dropped := 0
@@ -146,4 +146,25 @@ func validPort(p discoveryv1.EndpointPort) bool {
 		return false
 	}
 	return true
+}
+
+// portsToDrop marks the ports the hub would refuse beside the others of
+// their slice: an unnamed port among several, and a name used again (the
+// first port of a name stays). n counts them.
+func portsToDrop(ports []discoveryv1.EndpointPort) (drop []bool, n int) {
+	if len(ports) < 2 {
+		return nil, 0
+	}
+	drop = make([]bool, len(ports))
+	seen := make(map[string]bool, len(ports))
+	for i, p := range ports {
+		name := deref(p.Name)
+		if name == "" || seen[name] {
+			drop[i] = true
+			n++
+			continue
+		}
+		seen[name] = true
+	}
+	return drop, n
 }

@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -151,17 +150,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if condsChanged || !endpoints.ImportStatusUpToDate(want, liveImp) {
 		upd := endpoints.MergeServiceImport(want, liveImp)
 		upd.Status.Conditions = conds
-		c.written.begin(resourceServiceImport, upd)
-		out, err := c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
-		c.countWrite(resourceServiceImport, verbUpdateStatus, err)
-		if err == nil {
-			c.written.wrote(resourceServiceImport, out)
-		}
-		c.written.end(resourceServiceImport, upd, okOrNil(out, err), false)
-		if apierrors.IsConflict(err) {
-			c.written.forget(resourceServiceImport, upd.Namespace, upd.Name)
-			return fmt.Errorf("updating ServiceImport %s status: %w", key, errStaleCache)
-		}
+		_, err := sendUpdate(c, resourceServiceImport, verbUpdateStatus, upd, func() (*mcsv1beta1.ServiceImport, error) {
+			return c.hubMCS.MulticlusterV1beta1().ServiceImports(upd.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{FieldManager: fieldManager})
+		})
 		if err != nil {
 			return err
 		}

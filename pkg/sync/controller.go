@@ -85,7 +85,8 @@ type Options struct {
 
 // Hub informer indexes.
 const (
-	// byCluster indexes our hub objects by source cluster.
+	// byCluster indexes our hub objects by source cluster, and
+	// ServiceImports by the clusters they list.
 	byCluster = "cluster"
 	// bySource indexes our MCS slices by "<namespace>/<service>/<cluster>".
 	bySource = "source"
@@ -227,12 +228,13 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
 		return nil, err
 	}
-	c.written.caches = map[string]cache.Store{}
-	c.written.requeue = c.enqueueHub
+	if err := c.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
+		return nil, err
+	}
+	c.written.requeue = func(obj interface{}) { c.enqueueHub(obj, false) }
 	for resource, inf := range map[string]cache.SharedIndexInformer{
 		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
 	} {
-		c.written.caches[resource] = inf.GetStore()
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
 		}
@@ -396,6 +398,20 @@ func clusterIndex(obj interface{}) ([]string, error) {
 		return []string{k.Cluster}, nil
 	}
 	return nil, nil
+}
+
+// importClusterIndex indexes ServiceImports by the clusters their status
+// lists.
+func importClusterIndex(obj interface{}) ([]string, error) {
+	imp, ok := obj.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return nil, nil
+	}
+	out := make([]string, 0, len(imp.Status.Clusters))
+	for _, c := range imp.Status.Clusters {
+		out = append(out, c.Cluster)
+	}
+	return out, nil
 }
 
 // sourceIndex is the bySource index function.

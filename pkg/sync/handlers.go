@@ -79,9 +79,7 @@ func (c *Controller) ClusterSynced(cluster string) {
 	c.enqueueClusterObjects(cluster)
 	// Merged imports wait for members in their first sync; one may list
 	// this member although nothing else in the hub remembers it.
-	for _, k := range c.importKeys() {
-		c.add(k, true)
-	}
+	c.enqueueImportsOf(cluster)
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
 
@@ -109,21 +107,21 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 // withdraws them, and the merged objects it contributed to.
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
-	for _, k := range c.importKeys() {
-		c.add(k, true)
-	}
+	c.enqueueImportsOf(cluster)
 }
 
-// importKeys returns the clusterset key of every cached ServiceImport.
-func (c *Controller) importKeys() []Key {
-	objs := c.importInf.GetStore().List()
-	out := make([]Key, 0, len(objs))
+// enqueueImportsOf queues the clusterset key of every cached ServiceImport
+// that lists cluster in its status.
+func (c *Controller) enqueueImportsOf(cluster string) {
+	objs, err := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
+	if err != nil {
+		return
+	}
 	for _, o := range objs {
 		if m, err := metaOf(o); err == nil {
-			out = append(out, Key{Namespace: m.GetNamespace(), Name: m.GetName()})
+			c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, true)
 		}
 	}
-	return out
 }
 
 // enqueueClusterObjects queues the keys of every hub object sourced from a
@@ -151,7 +149,7 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
 		for _, o := range inf.GetStore().List() {
 			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
-				c.enqueueHub(o)
+				c.enqueueHub(o, true)
 			}
 		}
 	}
@@ -161,18 +159,18 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // cache has seen and queues the owner of any change that is not the echo of
 // our own write, so that a change made by someone else is undone.
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
-	return changeHandler(func(obj interface{}, _, gone bool) {
+	return changeHandler(func(obj interface{}, initialList, gone bool) {
 		if !c.written.seen(resource, obj, gone) {
-			c.enqueueHub(obj)
+			c.enqueueHub(obj, initialList)
 		}
 	})
 }
 
 // enqueueHub queues the key that owns one of our hub objects, so that a
 // change made by someone else is undone and a deleted object comes back.
-// Most hub events are the echo of our own writes, so they always queue in
-// bulk: member changes go first.
-func (c *Controller) enqueueHub(obj interface{}) {
+// The echoes of our own writes never get here (written.seen), so a change
+// is live; sweeps and the initial list are bulk.
+func (c *Controller) enqueueHub(obj interface{}, bulk bool) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return
@@ -180,11 +178,11 @@ func (c *Controller) enqueueHub(obj interface{}) {
 	if k, ok := hubKey(m); ok {
 		// Per-cluster objects never feed the merged ones: their own key
 		// is enough.
-		c.add(k, true)
+		c.add(k, bulk)
 		return
 	}
 	if isServiceImport(obj) {
-		c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, true)
+		c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, bulk)
 	}
 }
 

@@ -17,13 +17,26 @@ import (
 type lanes struct {
 	mu         stdsync.Mutex
 	live, bulk turns
-	// lane says where each queued key is: true for the bulk lane. A key
-	// moved from bulk to live stays behind in bulk and is skipped there.
-	lane map[Key]bool
+	// lane says where each queued key is. A key moved from bulk to live
+	// leaves a stale entry in bulk: entries carry the seq of their push, and
+	// only the one matching lane is valid.
+	lane map[Key]queued
+	seq  uint64
+	// stale counts the stale entries in bulk; past staleSlack more than the
+	// queued keys, bulk is compacted (it may not be popped for long while
+	// live keys keep coming).
+	stale int
 	// next holds how the adds that have not reached Push or Touch yet were
 	// made; an add of a key being synced waits for its Done. A live add wins
 	// over a bulk one; an unmarked add (a retry) is live.
 	next map[Key]laneMark
+}
+
+const staleSlack = 1024
+
+type queued struct {
+	bulk bool
+	seq  uint64
 }
 
 type laneMark struct {
@@ -34,7 +47,7 @@ type laneMark struct {
 }
 
 func newLanes() *lanes {
-	return &lanes{lane: map[Key]bool{}, next: map[Key]laneMark{}}
+	return &lanes{lane: map[Key]queued{}, next: map[Key]laneMark{}}
 }
 
 // mark says how the next add of key is made.
@@ -57,17 +70,30 @@ func (l *lanes) take(key Key) laneMark {
 	return m
 }
 
+// enter queues key in the lane m says.
+func (l *lanes) enter(key Key, m laneMark) {
+	l.seq++
+	l.lane[key] = queued{bulk: m.bulk, seq: l.seq}
+	t := &l.live
+	if m.bulk {
+		t = &l.bulk
+	}
+	t.push(m.origin, entry{key: key, seq: l.seq})
+}
+
+// valid reports whether e is where its key is queued, in the lane bulk says.
+func (l *lanes) valid(bulk bool) func(entry) bool {
+	return func(e entry) bool {
+		q, ok := l.lane[e.key]
+		return ok && q.bulk == bulk && q.seq == e.seq
+	}
+}
+
 // Push queues a key that is not queued.
 func (l *lanes) Push(key Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m := l.take(key)
-	l.lane[key] = m.bulk
-	if m.bulk {
-		l.bulk.push(m.origin, key)
-	} else {
-		l.live.push(m.origin, key)
-	}
+	l.enter(key, l.take(key))
 }
 
 // Touch is an add of a key already queued: a live add moves it to the live
@@ -76,9 +102,13 @@ func (l *lanes) Touch(key Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.take(key)
-	if bulk, ok := l.lane[key]; ok && bulk && !m.bulk {
-		l.lane[key] = false
-		l.live.push(m.origin, key)
+	if q, ok := l.lane[key]; ok && q.bulk && !m.bulk {
+		l.enter(key, m)
+		l.stale++
+		if l.stale > len(l.lane)+staleSlack {
+			l.bulk.compact(l.valid(true))
+			l.stale = 0
+		}
 	}
 }
 
@@ -94,52 +124,56 @@ func (l *lanes) Len() int {
 func (l *lanes) Pop() Key {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, bulk := range [2]bool{false, true} {
-		t := &l.live
-		if bulk {
-			t = &l.bulk
-		}
-		k, ok := t.pop(func(k Key) bool {
-			b, queued := l.lane[k]
-			return queued && b == bulk
-		})
-		if ok {
-			delete(l.lane, k)
-			return k
-		}
+	if k, ok, _ := l.live.pop(l.valid(false)); ok {
+		delete(l.lane, k)
+		return k
 	}
-	return Key{}
+	k, ok, dropped := l.bulk.pop(l.valid(true))
+	l.stale = max(0, l.stale-dropped)
+	if ok {
+		delete(l.lane, k)
+	}
+	return k
+}
+
+type entry struct {
+	key Key
+	seq uint64
 }
 
 // turns is one lane: a queue per origin, served in turn.
 type turns struct {
-	queues map[string][]Key
+	queues map[string][]entry
 	order  []string // origins with queued keys, next first
 }
 
-func (t *turns) push(origin string, key Key) {
+func (t *turns) push(origin string, e entry) {
 	if t.queues == nil {
-		t.queues = map[string][]Key{}
+		t.queues = map[string][]entry{}
 	}
 	q, ok := t.queues[origin]
 	if !ok {
 		t.order = append(t.order, origin)
 	}
-	t.queues[origin] = append(q, key)
+	t.queues[origin] = append(q, e)
 }
 
-// pop returns the first key for which valid is true, from the next origin
-// that has one; invalid keys (moved to the other lane) are dropped.
-func (t *turns) pop(valid func(Key) bool) (Key, bool) {
+// pop returns the first valid entry's key from the next origin that has
+// one, and how many invalid entries it dropped on the way.
+func (t *turns) pop(valid func(entry) bool) (Key, bool, int) {
+	dropped := 0
 	for len(t.order) > 0 {
 		origin := t.order[0]
 		t.order = t.order[1:]
 		q := t.queues[origin]
-		var k Key
+		var e entry
 		found := false
 		for len(q) > 0 && !found {
-			k, found = q[0], valid(q[0])
-			q[0] = Key{}
+			e, found = q[0], valid(q[0])
+			if !found {
+				dropped++
+			}
+			q[0] = entry{}
 			q = q[1:]
 		}
 		if len(q) == 0 {
@@ -149,9 +183,29 @@ func (t *turns) pop(valid func(Key) bool) (Key, bool) {
 			t.order = append(t.order, origin)
 		}
 		if found {
-			return k, true
+			return e.key, true, dropped
 		}
 	}
 	t.order = nil // release the emptied backing array
-	return Key{}, false
+	return Key{}, false, dropped
+}
+
+// compact drops the invalid entries of every queue, keeping the order.
+func (t *turns) compact(valid func(entry) bool) {
+	order := t.order[:0]
+	for _, origin := range t.order {
+		var q []entry
+		for _, e := range t.queues[origin] {
+			if valid(e) {
+				q = append(q, e)
+			}
+		}
+		if len(q) == 0 {
+			delete(t.queues, origin)
+			continue
+		}
+		t.queues[origin] = q
+		order = append(order, origin)
+	}
+	t.order = order
 }

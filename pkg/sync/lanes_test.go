@@ -126,3 +126,35 @@ func TestLanesLetMembersTakeTurns(t *testing.T) {
 		t.Errorf("served %d keys, want 102", len(order))
 	}
 }
+
+// A key moved from bulk to live leaves an entry behind in bulk: it must not
+// let the key jump the bulk queue when it is queued in bulk again, and such
+// entries must not pile up while live keys keep bulk from being served.
+func TestLanesStaleBulkEntries(t *testing.T) {
+	q, l := laneQueue()
+	a, b := Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Key{Cluster: "c1", Namespace: "ns", Name: "b"}
+	add(q, l, a, true)
+	add(q, l, b, true)
+	add(q, l, a, false) // a moves to live
+	k, _ := q.Get()
+	q.Done(k)
+	add(q, l, a, true) // a queued in bulk again, after b
+	if got := drain(q); !reflect.DeepEqual(got, []string{"b", "a"}) {
+		t.Errorf("order after a stale entry: %v, want [b a]", got)
+	}
+
+	for i := range 5000 {
+		k := Key{Cluster: "c1", Namespace: "ns", Name: fmt.Sprint("k", i%3)}
+		add(q, l, k, true)
+		add(q, l, k, false)
+		got, _ := q.Get()
+		q.Done(got)
+	}
+	entries := 0
+	for _, qu := range l.bulk.queues {
+		entries += len(qu)
+	}
+	if entries > staleSlack+10 {
+		t.Errorf("%d entries in the bulk lane for %d queued keys", entries, q.Len())
+	}
+}

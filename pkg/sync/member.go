@@ -217,13 +217,11 @@ func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
 			byName[s.Name] = s
 		}
 	}
-	for _, name := range c.written.sourceNames(source) {
-		if o, ok := c.written.get(resourceEndpointSlice, key.Namespace, name); ok {
-			if o == nil {
-				delete(byName, name)
-			} else {
-				byName[name] = o.(*endpoints.SliceDigest)
-			}
+	for name, o := range c.written.sourceSlices(source) {
+		if o == nil {
+			delete(byName, name)
+		} else {
+			byName[name] = o.(*endpoints.SliceDigest)
 		}
 	}
 	out := make([]*endpoints.SliceDigest, 0, len(byName))

@@ -132,13 +132,7 @@ func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
 // not own for key, it reports a conflict instead of touching it; if it is
 // ours (our cache lags), the error makes the key retry.
 func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, obj T) (T, error) {
-	c.written.begin(o.resource, obj)
-	out, err := o.create(ctx, obj)
-	c.countWrite(o.resource, verbCreate, err)
-	if err == nil {
-		c.written.wrote(o.resource, out)
-	}
-	c.written.end(o.resource, obj, okOrNil(out, err), false)
+	out, err := send(c, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
 	if apierrors.IsAlreadyExists(err) {
 		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
@@ -154,26 +148,32 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 }
 
 func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
-	c.written.begin(o.resource, obj)
-	out, err := o.update(ctx, obj)
-	c.countWrite(o.resource, verbUpdate, err)
-	if err == nil {
-		c.written.wrote(o.resource, out)
-	}
-	c.written.end(o.resource, obj, okOrNil(out, err), false)
+	return sendUpdate(c, o.resource, verbUpdate, obj, func() (T, error) { return o.update(ctx, obj) })
+}
+
+// sendUpdate sends an update (or a status update) of obj; a conflict means
+// our cache lags, and the watch event that updates it queues the key again.
+func sendUpdate[T hubObject](c *Controller, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	out, err := send(c, resource, verb, obj, call)
 	if apierrors.IsConflict(err) {
-		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
-		return out, fmt.Errorf("updating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
+		c.written.forget(resource, obj.GetNamespace(), obj.GetName())
+		return out, fmt.Errorf("%s %s %s/%s: %w", verb, resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
 	return out, err
 }
 
-// okOrNil returns out when the write succeeded, else nil.
-func okOrNil[T hubObject](out T, err error) hubObject {
-	if err != nil {
-		return nil
+// send makes one hub write of obj, counted, and tells the write tracker
+// when it starts and what it returned.
+func send[T hubObject](c *Controller, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	c.written.begin(resource, obj)
+	out, err := call()
+	c.countWrite(resource, verb, err)
+	var done hubObject
+	if err == nil {
+		done = out
 	}
-	return out
+	c.written.end(resource, obj, done, false)
+	return out, err
 }
 
 // remove deletes one of our hub objects, preconditioned on the UID we saw so
@@ -188,10 +188,10 @@ func remove[T hubObject](ctx context.Context, c *Controller, o ops[T], live T) e
 	c.written.begin(o.resource, live)
 	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
 	c.countWrite(o.resource, verbDelete, err)
-	c.written.end(o.resource, live, nil, err == nil || apierrors.IsNotFound(err))
+	gone := err == nil || apierrors.IsNotFound(err)
+	c.written.end(o.resource, live, nil, gone)
 	switch {
-	case err == nil || apierrors.IsNotFound(err):
-		c.written.deleted(o.resource, live)
+	case gone:
 		return nil
 	case apierrors.IsConflict(err): // a newer object of that name
 		c.written.forget(o.resource, live.GetNamespace(), live.GetName())

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -42,10 +41,6 @@ type written struct {
 	inflight map[objectRef][]string
 	// requeue queues the owner of an object (enqueueHub).
 	requeue func(obj interface{})
-	// caches are the hub caches by resource. A watch event can beat the
-	// response to the write it reports: a write the cache already holds is
-	// not recorded, or its echo would never come to clear it.
-	caches map[string]cache.Store
 }
 
 type objectRef struct{ resource, namespace, name string }
@@ -69,51 +64,25 @@ func refOf(resource string, obj hubObject) objectRef {
 // the form the hub caches hold (stripHubObject, which may share obj's
 // metadata: obj must not be modified afterwards).
 func (w *written) wrote(resource string, obj hubObject) {
-	cached, _ := stripHubObject(obj)
-	w.put(refOf(resource, obj), writtenObject{obj: cached.(hubObject), source: sliceSource(resource, obj)})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.putLocked(refOf(resource, obj), wroteEntry(resource, obj))
 }
 
 // deleted records that we deleted an object.
 func (w *written) deleted(resource string, obj hubObject) {
-	w.put(refOf(resource, obj), writtenObject{source: sliceSource(resource, obj)})
-}
-
-// cached returns the resourceVersion of the cached object, whether it is
-// cached, and whether there is a cache to ask.
-func (w *written) cached(ref objectRef) (rv string, present, known bool) {
-	store := w.caches[ref.resource]
-	if store == nil {
-		return "", false, false
-	}
-	key := ref.name
-	if ref.namespace != "" {
-		key = ref.namespace + "/" + ref.name
-	}
-	obj, ok, err := store.GetByKey(key)
-	if err != nil || !ok {
-		return "", false, true
-	}
-	m, err := metaOf(obj)
-	if err != nil {
-		return "", false, true
-	}
-	return m.GetResourceVersion(), true, true
-}
-
-func (w *written) put(ref objectRef, o writtenObject) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.putLocked(refOf(resource, obj), writtenObject{source: sliceSource(resource, obj)})
+}
+
+func wroteEntry(resource string, obj hubObject) writtenObject {
+	cached, _ := stripHubObject(obj)
+	return writtenObject{obj: cached.(hubObject), source: sliceSource(resource, obj)}
+}
+
+func (w *written) putLocked(ref objectRef, o writtenObject) {
 	w.dropLocked(ref)
-	// The lock is held from this check to the insert: an echo handled
-	// meanwhile waits for the entry in seen.
-	if rv, present, known := w.cached(ref); known {
-		if o.obj != nil && present && rv == o.obj.GetResourceVersion() {
-			return // the cache is already there
-		}
-		if o.obj == nil && !present {
-			return
-		}
-	}
 	o.at = w.now()
 	w.sweepLocked(o.at)
 	w.objs[ref] = o
@@ -165,7 +134,10 @@ func (w *written) dropLocked(ref objectRef) {
 func (w *written) get(resource, namespace, name string) (hubObject, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ref := objectRef{resource, namespace, name}
+	return w.getLocked(objectRef{resource, namespace, name})
+}
+
+func (w *written) getLocked(ref objectRef) (hubObject, bool) {
 	o, ok := w.objs[ref]
 	if !ok {
 		return nil, false
@@ -177,14 +149,16 @@ func (w *written) get(resource, namespace, name string) (hubObject, bool) {
 	return o.obj, true
 }
 
-// sourceNames lists the slices of a source we wrote or deleted and the cache
-// has not seen yet.
-func (w *written) sourceNames(source string) []string {
+// sourceSlices returns, by name, the slices of a source we wrote or deleted
+// and the cache has not seen yet (nil for a deleted one).
+func (w *written) sourceSlices(source string) map[string]hubObject {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []string
-	for ref := range w.sources[source] {
-		out = append(out, ref.name)
+	out := map[string]hubObject{}
+	for _, ref := range w.sources[source].UnsortedList() {
+		if o, ok := w.getLocked(ref); ok {
+			out[ref.name] = o
+		}
 	}
 	return out
 }
@@ -198,20 +172,33 @@ func (w *written) begin(resource string, obj hubObject) {
 
 // end says the write of obj begun is done: out is what the API server
 // returned (nil after a delete or a failure), deleted whether it was a
-// successful delete. Events held back meanwhile that were not its echo
-// queue obj's owner, as seen would have.
+// successful delete. A successful write is recorded unless its echo came
+// while it was in flight (the cache has it already). Held events that were
+// not its echo queue obj's owner, as seen would have.
 func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 	w.mu.Lock()
 	ref := refOf(resource, obj)
 	held := w.inflight[ref]
 	delete(w.inflight, ref)
-	w.mu.Unlock()
+	echoed, foreign := false, false
 	for _, rv := range held {
-		echo := (deleted && rv == "") || (out != nil && rv == out.GetResourceVersion())
-		if !echo {
-			w.requeue(obj)
-			return
+		if (deleted && rv == "") || (out != nil && rv == out.GetResourceVersion()) {
+			echoed = true
+		} else {
+			foreign = true
 		}
+	}
+	switch {
+	case echoed:
+		w.dropLocked(ref)
+	case out != nil:
+		w.putLocked(ref, wroteEntry(resource, out))
+	case deleted:
+		w.putLocked(ref, writtenObject{source: sliceSource(resource, obj)})
+	}
+	w.mu.Unlock()
+	if foreign {
+		w.requeue(obj)
 	}
 }
 

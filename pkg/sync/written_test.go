@@ -161,3 +161,50 @@ func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 		t.Fatal("an event after the write was held or taken for an echo")
 	}
 }
+
+// A write whose echo arrives while it is in flight leaves no entry: the cache
+// has it already, and a later change by someone else must be read from the
+// cache, not shadowed by our copy.
+func TestWrittenEchoedInFlightIsNotRecorded(t *testing.T) {
+	w := newWritten()
+	svc := func(rv string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
+	}
+	tracked := func() bool {
+		_, ok := w.get(resourceService, "shop", "cart-c1")
+		return ok
+	}
+	w.begin(resourceService, svc("4"))
+	w.seen(resourceService, svc("5"), false)
+	w.end(resourceService, svc("4"), svc("5"), false)
+	if tracked() {
+		t.Fatal("a write echoed while in flight is still tracked")
+	}
+	if w.seen(resourceService, svc("6"), false) || tracked() {
+		t.Fatal("someone else's later change was taken for ours or shadowed")
+	}
+
+	// Without an echo in flight the write is recorded until its echo.
+	w.begin(resourceService, svc("6"))
+	w.end(resourceService, svc("6"), svc("7"), false)
+	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o.GetResourceVersion() != "7" {
+		t.Fatalf("the write is not read back: %v, %v", o, ok)
+	}
+	if !w.seen(resourceService, svc("7"), false) || tracked() {
+		t.Fatal("the echo after the write did not clear it")
+	}
+
+	// A delete echoed in flight leaves nothing either; one not yet echoed
+	// reads as deleted.
+	w.begin(resourceService, svc("7"))
+	w.seen(resourceService, svc("7"), true)
+	w.end(resourceService, svc("7"), nil, true)
+	if tracked() {
+		t.Fatal("a delete echoed in flight is still tracked")
+	}
+	w.begin(resourceService, svc("8"))
+	w.end(resourceService, svc("8"), nil, true)
+	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o != nil {
+		t.Fatalf("a delete not yet echoed reads as %v, %v", o, ok)
+	}
+}

@@ -375,7 +375,6 @@ func rcodeName(rc int) string {
 	return fmt.Sprintf("RCODE%d", rc)
 }
 
-// wantRcode checks the response code of a query for fqdn.
 // wantA checks that fqdn's A records are exactly want (sorted).
 func (c *dnsClient) wantA(fqdn string, want []string) error {
 	got, err := c.lookupA(fqdn)
@@ -388,6 +387,7 @@ func (c *dnsClient) wantA(fqdn string, want []string) error {
 	return nil
 }
 
+// wantRcode checks the response code of a query for fqdn.
 func (c *dnsClient) wantRcode(fqdn string, qtype uint16, want int) error {
 	rc, answers, err := c.rcode(fqdn, qtype)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 )
 
 // The daemon as a separate process, for faults an in-process daemon cannot
@@ -138,15 +140,11 @@ func (p *daemonProcess) terminate(t *testing.T) {
 }
 
 func (p *daemonProcess) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
+	s, err := testenv.TailFile(p.logPath, n)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return s
 }
 
 // get fetches a path of the daemon's metrics server.

@@ -46,17 +46,28 @@ const reconnectTimeout = 3 * time.Minute
 // clusters, and a ServiceImport listing them with its derived Service.
 func (e *env) hubHas(t *testing.T, svc string, total, ready map[string]int) error {
 	t.Helper()
-	if err := e.hubHasSourced(t, svc, total, ready); err != nil {
+	st := e.hubState(t, svc)
+	if err := st.hasSourced(svc, total, ready); err != nil {
 		return err
 	}
-	return e.hubHasImport(t, svc, slices.Sorted(maps.Keys(total)))
+	return st.hasImport(svc, slices.Sorted(maps.Keys(total)))
 }
 
 // hubHasSourced is hubHas without the merged objects: only the slices and
 // the per-cluster Service and Endpoints.
 func (e *env) hubHasSourced(t *testing.T, svc string, total, ready map[string]int) error {
 	t.Helper()
-	st := e.hubState(t, svc)
+	return e.hubState(t, svc).hasSourced(svc, total, ready)
+}
+
+// hubHasImport checks that svc's ServiceImport lists exactly the clusters
+// want (sorted) and has a derived Service; none of them when want is empty.
+func (e *env) hubHasImport(t *testing.T, svc string, want []string) error {
+	t.Helper()
+	return e.hubState(t, svc).hasImport(svc, want)
+}
+
+func (st hubState) hasSourced(svc string, total, ready map[string]int) error {
 	if !maps.Equal(st.total, total) || !maps.Equal(st.ready, ready) {
 		return fmt.Errorf("hub slices of %s: total %v ready %v; want total %v ready %v", svc, st.total, st.ready, total, ready)
 	}
@@ -70,17 +81,13 @@ func (e *env) hubHasSourced(t *testing.T, svc string, total, ready map[string]in
 	return nil
 }
 
-// hubHasImport checks that svc's ServiceImport lists exactly the clusters
-// want (sorted) and has a derived Service; none of them when want is empty.
-func (e *env) hubHasImport(t *testing.T, svc string, want []string) error {
-	t.Helper()
-	st := e.hubState(t, svc)
-	sort.Strings(st.importClusters)
+func (st hubState) hasImport(svc string, want []string) error {
+	got := slices.Sorted(slices.Values(st.importClusters))
 	if len(want) == 0 {
 		want = nil
 	}
-	if !slices.Equal(st.importClusters, want) {
-		return fmt.Errorf("ServiceImport %s clusters %v, want %v", svc, st.importClusters, want)
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("ServiceImport %s clusters %v, want %v", svc, got, want)
 	}
 	if (st.derived != nil) != (len(want) > 0) {
 		return fmt.Errorf("derived Service of %s present: %v, want %v", svc, st.derived != nil, len(want) > 0)
@@ -531,9 +538,9 @@ func (e *env) importPorts(t *testing.T, svc string, want []string) error {
 	if err != nil {
 		return err
 	}
-	derived := e.hubState(t, svc).derived
-	if derived == nil {
-		return fmt.Errorf("no derived Service for %s", svc)
+	derived, err := e.hub.Client.CoreV1().Services(appNamespace).Get(context.Background(), endpoints.DerivedServiceName(appNamespace, svc), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("derived Service for %s: %w", svc, err)
 	}
 	var impPorts, svcPorts []string
 	for _, p := range imp.Spec.Ports {
@@ -821,7 +828,7 @@ func (e *env) exactly(t *testing.T, want fleet, members map[string]kubernetes.In
 	if len(missing)+len(extra) > 0 {
 		sort.Strings(missing)
 		sort.Strings(extra)
-		return fmt.Errorf("hub objects: %d missing %v, %d not expected %v", len(missing), firstFew(missing), len(extra), firstFew(extra))
+		return fmt.Errorf("hub objects: %d missing %v, %d not expected %v", len(missing), abbrev(missing), len(extra), abbrev(extra))
 	}
 
 	list, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, metav1.ListOptions{
@@ -873,11 +880,4 @@ func (e *env) exactly(t *testing.T, want fleet, members map[string]kubernetes.In
 		}
 	}
 	return nil
-}
-
-func firstFew(s []string) []string {
-	if len(s) > 5 {
-		return append(s[:5:5], "...")
-	}
-	return s
 }

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -22,12 +21,7 @@ import (
 func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
-	proxy := testenv.StartProxyT(t, e.east)
-	viaProxy, err := e.east.KubeconfigVia(proxy.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.register(t, "east", "east", viaProxy)
+	proxy := e.registerViaProxy(t, e.east)
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	e.startDaemon(t, func(o *app.Options) {
 		o.UnreachableGrace = 3 * time.Second
@@ -40,15 +34,7 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-1", 2, 2, true))
 	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"east": 3, "west": 2})
 
-	renewed := e.leaseRenewed
-	eventually(t, waitTimeout, func() error {
-		for _, c := range []string{"east", "west"} {
-			if _, err := renewed(c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	e.waitLeasesHeld(t, "east", "west")
 
 	proxy.Block()
 	stopped := time.Now()
@@ -60,25 +46,14 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"west": 2})
 	t.Logf("east marked not ready %s after it was cut off (grace 3s)", time.Since(stopped).Round(100*time.Millisecond))
 
-	eastRenew, err := renewed("east")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if again, _ := renewed("east"); !again.Equal(eastRenew) {
-		t.Error("east's Lease was renewed while east was down")
-	}
-	westRenew, _ := renewed("west")
-	if time.Since(westRenew) > 4*time.Second {
-		t.Errorf("west's Lease is stale: renewed %s ago", time.Since(westRenew))
-	}
+	eastRenew := e.leaseStalls(t, "east", "west")
 
 	if err := proxy.Unblock(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 2}, map[string]int{"east": 3, "west": 2})
 	eventually(t, waitTimeout, func() error {
-		r, err := renewed("east")
+		r, err := e.leaseRenewed("east")
 		if err != nil {
 			return err
 		}
@@ -93,11 +68,42 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 		t.Fatal(err)
 	}
 	eventually(t, waitTimeout, func() error {
-		if _, err := renewed("east"); !apierrors.IsNotFound(err) {
+		if _, err := e.leaseRenewed("east"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("east's Lease still there (err %v)", err)
 		}
 		return nil
 	})
+}
+
+// waitLeasesHeld waits until every cluster's liveness Lease is held.
+func (e *env) waitLeasesHeld(t *testing.T, clusters ...string) {
+	t.Helper()
+	eventually(t, waitTimeout, func() error {
+		for _, c := range clusters {
+			if _, err := e.leaseRenewed(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// leaseStalls checks over 2 s that down's Lease is not renewed while up's
+// stays fresh, and returns down's last renew time.
+func (e *env) leaseStalls(t *testing.T, down, up string) time.Time {
+	t.Helper()
+	last, err := e.leaseRenewed(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if again, _ := e.leaseRenewed(down); !again.Equal(last) {
+		t.Errorf("%s's Lease was renewed while %s was unreachable", down, down)
+	}
+	if r, _ := e.leaseRenewed(up); time.Since(r) > 4*time.Second {
+		t.Errorf("%s's Lease is stale: renewed %s ago", up, time.Since(r))
+	}
+	return last
 }
 
 // leaseRenewed returns when the liveness Lease of a member was last renewed.

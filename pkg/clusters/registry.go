@@ -58,6 +58,10 @@ const (
 type Handler interface {
 	EventHandlers(cluster string) (services, endpointSlices, serviceExports cache.ResourceEventHandler)
 	ClusterSynced(cluster string)
+	// ClusterSyncTimedOut is called once when the active connection misses
+	// its first-sync timeout; it keeps trying, and ClusterSynced follows if
+	// it catches up.
+	ClusterSyncTimedOut(cluster string)
 	ClusterRemoved(cluster string)
 	// ClusterHealthChanged is called when the active connection's probe
 	// starts or stops succeeding.
@@ -428,6 +432,7 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	if m.active == c {
 		r.eventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
 			"member %q did not sync within %s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout)
+		r.handler.ClusterSyncTimedOut(c.name)
 	} else {
 		r.eventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
 			"new kubeconfig for member %q did not sync within %s; keeping the previous connection while it keeps trying", c.name, r.opts.SyncTimeout)

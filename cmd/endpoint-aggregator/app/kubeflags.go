@@ -16,10 +16,6 @@ import (
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
-// cliDefaultNamespace is the daemon's namespace the operator commands assume,
-// the default of `run --namespace`.
-const cliDefaultNamespace = "endpoint-aggregator"
-
 // cliFieldManager is the field manager of everything the operator commands
 // write.
 const cliFieldManager = "endpoint-aggregator-cli"
@@ -34,7 +30,7 @@ type kubeFlags struct {
 }
 
 func newKubeFlags() *kubeFlags {
-	return &kubeFlags{Namespace: cliDefaultNamespace, RequestTimeout: 30 * time.Second}
+	return &kubeFlags{Namespace: defaultNamespace, RequestTimeout: 30 * time.Second}
 }
 
 func (f *kubeFlags) addFlags(fs *pflag.FlagSet) {

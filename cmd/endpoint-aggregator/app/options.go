@@ -57,15 +57,20 @@ type Options struct {
 	ShutdownTimeout    time.Duration
 }
 
+// defaultNamespace is the daemon's namespace when $POD_NAMESPACE is unset:
+// the default of `run --namespace`, and the namespace the operator commands
+// assume.
+const defaultNamespace = "endpoint-aggregator"
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	ns := os.Getenv("POD_NAMESPACE")
 	if ns == "" {
-		ns = "endpoint-aggregator"
+		ns = defaultNamespace
 	}
 	return &Options{
 		Namespace:           ns,
-		Workers:             4,
+		Workers:             easync.DefaultWorkers,
 		HubQPS:              50,
 		HubBurst:            100,
 		MemberQPS:           20,
@@ -74,11 +79,11 @@ func NewOptions() *Options {
 		ExportMode:          string(easync.ExportServiceExport),
 		ExcludeNamespaces:   easync.DefaultExcludedNamespaces,
 		PerClusterServices:  string(endpoints.PerClusterMirror),
-		MemberSyncTimeout:   30 * time.Second,
+		MemberSyncTimeout:   clusters.DefaultSyncTimeout,
 		WriteExportStatus:   true,
-		MemberLeaseDuration: 40 * time.Second,
-		ProbeInterval:       5 * time.Second,
-		ProbeTimeout:        5 * time.Second,
+		MemberLeaseDuration: easync.DefaultMemberLeaseDuration,
+		ProbeInterval:       clusters.DefaultProbeInterval,
+		ProbeTimeout:        clusters.DefaultProbeTimeout,
 		HubClusterName:      "hub",
 		LeaderElect:         true,
 		LeaderElectionID:    "endpoint-aggregator",

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 )
@@ -25,9 +26,6 @@ import (
 func dryRunToken(id *memberIdentity) string {
 	return fmt.Sprintf("<token of ServiceAccount %s/%s>", id.serviceAccount.GetNamespace(), id.serviceAccount.GetName())
 }
-
-// mcsGroupVersion is the mcs-api version the daemon watches ServiceExports in.
-const mcsGroupVersion = "multicluster.x-k8s.io/v1beta1"
 
 type registerOptions struct {
 	kube            *kubeFlags
@@ -213,8 +211,8 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	if len(ep.CAData) == 0 {
 		fmt.Fprintf(errOut, "Warning: no CA data for member %s (not in its context, the token Secret or kube-root-ca.crt); the daemon will verify %s against its system roots\n", o.MemberContext, ep.Server)
 	}
-	if _, err := member.kube.Discovery().ServerResourcesForGroupVersion(mcsGroupVersion); apierrors.IsNotFound(err) {
-		fmt.Fprintf(errOut, "Note: member %s does not serve %s: apply config/crd to it if the daemon runs with --export-mode=serviceexport\n", o.MemberContext, mcsGroupVersion)
+	if _, err := member.kube.Discovery().ServerResourcesForGroupVersion(mcsv1beta1.GroupVersion.String()); apierrors.IsNotFound(err) {
+		fmt.Fprintf(errOut, "Note: member %s does not serve %s: apply config/crd to it if the daemon runs with --export-mode=serviceexport\n", o.MemberContext, mcsv1beta1.GroupVersion)
 	}
 
 	kubeconfig, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, token)
@@ -261,12 +259,12 @@ func registrationFor(ctx context.Context, hub *cliClients, ns, name string) (*co
 		s = nil
 	case err != nil:
 		return nil, fmt.Errorf("hub %s: reading secret %s/%s: %w", hub.context, ns, name, err)
-	case s.Labels[clusters.LabelMemberCluster] != "true":
-		return nil, fmt.Errorf("hub %s: secret %s/%s exists and is not a registration Secret (no label %s=true); choose another --name", hub.context, ns, name, clusters.LabelMemberCluster)
+	case s.Labels[clusters.LabelMemberCluster] != clusters.MemberClusterValue:
+		return nil, fmt.Errorf("hub %s: secret %s/%s exists and is not a registration Secret (no label %s=%s); choose another --name", hub.context, ns, name, clusters.LabelMemberCluster, clusters.MemberClusterValue)
 	case clusters.ClusterName(s) != name:
 		return nil, fmt.Errorf("hub %s: secret %s/%s registers cluster %q; choose another --name or unregister %q first", hub.context, ns, name, clusters.ClusterName(s), clusters.ClusterName(s))
 	}
-	all, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: "true"}.String()})
+	all, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
 	if err != nil {
 		return nil, fmt.Errorf("hub %s: listing registration Secrets: %w", hub.context, err)
 	}

@@ -114,7 +114,7 @@ func registrationSecret(namespace, name string, kubeconfig []byte) *corev1.Secre
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   namespace,
 			Name:        name,
-			Labels:      map[string]string{clusters.LabelMemberCluster: "true"},
+			Labels:      map[string]string{clusters.LabelMemberCluster: clusters.MemberClusterValue},
 			Annotations: map[string]string{clusters.AnnotationClusterName: name},
 		},
 		Type: corev1.SecretTypeOpaque,

@@ -99,7 +99,7 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
 // essential; other failures are reported to warn and leave gaps.
 func listStatusInput(ctx context.Context, hub *cliClients, ns string, warn func(what string, err error)) (statusInput, error) {
 	in := statusInput{Namespace: ns}
-	secrets, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: "true"}.String()})
+	secrets, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
 	if err != nil {
 		return in, fmt.Errorf("hub %s: listing registration Secrets in namespace %s: %w", hub.context, ns, err)
 	}

@@ -20,27 +20,14 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
-)
-
-// memberLeasePrefix names the liveness Lease the daemon keeps per member in
-// its namespace (DESIGN §4): endpoint-aggregator-member-<cluster>.
-const memberLeasePrefix = "endpoint-aggregator-member-"
-
-// defaultMemberLeaseDuration is assumed for a member Lease without
-// spec.leaseDurationSeconds.
-const defaultMemberLeaseDuration = 40 * time.Second
-
-// Health Events on a member's Secret, from daemons that probe members.
-const (
-	reasonMemberUnreachable = "MemberUnreachable"
-	reasonMemberReachable   = "MemberReachable"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
 // Condition values of CONNECTED and SYNCED.
 const (
-	statusTrue    = "True"
-	statusFalse   = "False"
-	statusUnknown = "Unknown"
+	statusTrue    = string(metav1.ConditionTrue)
+	statusFalse   = string(metav1.ConditionFalse)
+	statusUnknown = string(metav1.ConditionUnknown)
 )
 
 // statusInput is what status lists from the hub.
@@ -149,7 +136,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 	}
 	leases := map[string]*coordinationv1.Lease{}
 	for i := range in.Leases {
-		if c, ok := strings.CutPrefix(in.Leases[i].Name, memberLeasePrefix); ok && c != "" {
+		if c, ok := strings.CutPrefix(in.Leases[i].Name, easync.MemberLeasePrefix); ok && c != "" {
 			leases[c] = &in.Leases[i]
 		}
 	}
@@ -186,7 +173,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 		if l := leases[r.Name]; l != nil && l.Spec.RenewTime != nil {
 			renewed := l.Spec.RenewTime.Time
 			r.LeaseRenewTime = &metav1.Time{Time: renewed}
-			d := defaultMemberLeaseDuration
+			d := easync.DefaultMemberLeaseDuration
 			if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
 				d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 			}
@@ -246,12 +233,12 @@ func applyEvents(row *memberStatus, s *corev1.Secret, events []corev1.Event) {
 			setError(e)
 		case clusters.ReasonRotationRejected:
 			setError(e) // the previous connection stays
-		case reasonMemberUnreachable:
+		case clusters.ReasonUnreachable:
 			row.Connected = statusFalse // its caches, and hub objects, are kept
 			setError(e)
-		case reasonMemberReachable:
+		case clusters.ReasonReachable:
 			row.Connected = statusTrue
-			if errReason == reasonMemberUnreachable {
+			if errReason == clusters.ReasonUnreachable {
 				row.LastError, errReason = "", ""
 			}
 		default:

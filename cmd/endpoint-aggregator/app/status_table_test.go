@@ -20,6 +20,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
 var statusNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -45,7 +46,7 @@ func secretEvent(secret, reason, message string, ago time.Duration) corev1.Event
 	eventSeq++
 	typ := corev1.EventTypeNormal
 	switch reason {
-	case clusters.ReasonConnected, clusters.ReasonRotated, clusters.ReasonMemberRemoved, reasonMemberReachable:
+	case clusters.ReasonConnected, clusters.ReasonRotated, clusters.ReasonMemberRemoved, clusters.ReasonReachable:
 	default:
 		typ = corev1.EventTypeWarning
 	}
@@ -86,7 +87,7 @@ func hubSlice(cluster string, ready, notReady int) discoveryv1.EndpointSlice {
 
 func memberLease(cluster string, renewedAgo time.Duration) coordinationv1.Lease {
 	return coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: statusNS, Name: memberLeasePrefix + cluster},
+		ObjectMeta: metav1.ObjectMeta{Namespace: statusNS, Name: easync.MemberLeasePrefix + cluster},
 		Spec: coordinationv1.LeaseSpec{
 			RenewTime:            &metav1.MicroTime{Time: statusNow.Add(-renewedAgo)},
 			LeaseDurationSeconds: ptr.To[int32](30),
@@ -148,10 +149,10 @@ func TestBuildMemberStatuses(t *testing.T) {
 			tie1, tie2,
 			stale,
 			secretEvent("flaky", clusters.ReasonConnected, "connected", 30*time.Minute),
-			secretEvent("flaky", reasonMemberUnreachable, "does not answer", 20*time.Minute),
-			secretEvent("flaky", reasonMemberReachable, "answers again", 10*time.Minute),
+			secretEvent("flaky", clusters.ReasonUnreachable, "does not answer", 20*time.Minute),
+			secretEvent("flaky", clusters.ReasonReachable, "answers again", 10*time.Minute),
 			secretEvent("lost", clusters.ReasonConnected, "connected", 30*time.Minute),
-			secretEvent("lost", reasonMemberUnreachable, "does not answer", 20*time.Minute),
+			secretEvent("lost", clusters.ReasonUnreachable, "does not answer", 20*time.Minute),
 			// An Event about a Secret of another namespace.
 			func() corev1.Event {
 				e := secretEvent("quiet", clusters.ReasonSyncTimeout, "elsewhere", time.Minute)
@@ -228,7 +229,7 @@ func TestBuildMemberStatusesLeaseDecidesConnected(t *testing.T) {
 		t.Errorf("fresh lease: %+v", r)
 	}
 	// Without leaseDurationSeconds the default applies.
-	l := memberLease("east", defaultMemberLeaseDuration-time.Second)
+	l := memberLease("east", easync.DefaultMemberLeaseDuration-time.Second)
 	l.Spec.LeaseDurationSeconds = nil
 	in.Leases = []coordinationv1.Lease{l}
 	if r := buildMemberStatuses(statusNow, in); r[0].Connected != statusTrue {

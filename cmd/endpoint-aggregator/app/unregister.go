@@ -98,7 +98,7 @@ func (o *unregisterOptions) run(ctx context.Context, out, errOut io.Writer) erro
 	}
 
 	ns := o.kube.Namespace
-	list, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: "true"}.String()})
+	list, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
 	if err != nil {
 		return fmt.Errorf("hub %s: listing registration Secrets: %w", o.HubContext, err)
 	}

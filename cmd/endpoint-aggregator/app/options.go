@@ -99,7 +99,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to the hub kubeconfig. Empty: in-cluster config.")
 	fs.StringVar(&o.Context, "context", o.Context, "Context of --kubeconfig to use.")
-	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the member registration Secrets (default: $POD_NAMESPACE or endpoint-aggregator).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the member registration Secrets (default: $POD_NAMESPACE or "+defaultNamespace+").")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Concurrent syncs.")
 	fs.Float32Var(&o.HubQPS, "kube-api-qps", o.HubQPS, "Queries per second to the hub API server.")
 	fs.IntVar(&o.HubBurst, "kube-api-burst", o.HubBurst, "Burst of queries to the hub API server.")
@@ -115,7 +115,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.WriteExportStatus, "write-export-status", o.WriteExportStatus, "Write Valid/Ready/Conflict conditions to member ServiceExports (serviceexport mode; needs patch on serviceexports/status). Set false for read-only member credentials.")
 	fs.DurationVar(&o.UnreachableGrace, "unreachable-grace", o.UnreachableGrace, "Mark an unreachable member's endpoints not ready after this long (0: keep them as last seen). Secret annotation endpoint-aggregator.io/unreachable-grace overrides it.")
 	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "Withdraw an unreachable member's endpoints after this long (0: never). Secret annotation endpoint-aggregator.io/unreachable-withdraw overrides it.")
-	fs.DurationVar(&o.MemberLeaseDuration, "member-lease-duration", o.MemberLeaseDuration, "Duration of the per-member liveness Leases (endpoint-aggregator-member-<cluster>), renewed every quarter of it while the member is healthy; 0 disables them.")
+	fs.DurationVar(&o.MemberLeaseDuration, "member-lease-duration", o.MemberLeaseDuration, "Duration of the per-member liveness Leases ("+easync.MemberLeasePrefix+"<cluster>), renewed every quarter of it while the member is healthy; 0 disables them.")
 	fs.DurationVar(&o.ProbeInterval, "member-probe-interval", o.ProbeInterval, "How often each member's /readyz is probed.")
 	fs.DurationVar(&o.ProbeTimeout, "member-probe-timeout", o.ProbeTimeout, "How long a member probe may take; a member is seen unreachable within interval + timeout.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "Also aggregate the hub's own exported Services, as member --hub-cluster-name, without a Secret.")

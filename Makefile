@@ -29,6 +29,9 @@ K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/
 	-X $(pkg).gitMinor=$(K8S_MINOR) -X $(pkg).gitTreeState=clean)
 
 TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubectl etcd)
+# The ones hack/demo starts (through internal/testenv): one etcd and one
+# kube-apiserver per cluster. `make demo` builds only these.
+DEMO_TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver etcd)
 
 # CoreDNS for the end-to-end DNS tests, built from hack/coredns (pinned in
 # hack/coredns/go.mod; keep in step, internal/testenv checks that).
@@ -57,7 +60,7 @@ build: ## Build bin/endpoint-aggregator
 	$(GO) build -o $(BINARY) ./cmd/endpoint-aggregator
 
 .PHONY: demo
-demo: tools build ## Run a hub and two member clusters with the daemon aggregating them (Ctrl-C stops)
+demo: $(DEMO_TOOLS) build ## Run a hub and two member clusters with the daemon aggregating them (Ctrl-C stops); builds only etcd and kube-apiserver
 	ENDPOINT_AGGREGATOR_ASSETS=$(ASSETS_DIR) $(GO) run ./hack/demo -binary $(CURDIR)/$(BINARY)
 
 .PHONY: fmt
@@ -123,6 +126,9 @@ bench: tools build ## Run the scale benchmark (not a test): the daemon vs a bare
 
 .PHONY: tools
 tools: $(TOOLS) $(COREDNS) $(HELM) ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, CoreDNS and Helm into the cache (only missing ones; ~10-15 min cold)
+
+.PHONY: kubectl
+kubectl: $(ASSETS_DIR)/kubectl ## Build kubectl into the cache if missing (`make demo` suggests it but does not build it)
 
 .PHONY: coredns
 coredns: $(COREDNS) ## Build CoreDNS (kubernetes plugin, for the e2e DNS tests) into the cache if missing

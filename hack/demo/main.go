@@ -141,12 +141,12 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
-	kubectl := filepath.Join(assets, "kubectl")
+	kubectl, kubectlNote := findKubectl(assets)
 	fmt.Printf("\nKubeconfigs (valid while the demo runs):\n")
 	for _, c := range d.clusters {
 		fmt.Printf("  %-5s %s\n", c.Name, kubeconfigs[c.Name])
 	}
-	fmt.Printf("\nTry:\n")
+	fmt.Printf("\nTry:%s\n", kubectlNote)
 	fmt.Printf("  %s --kubeconfig %s get serviceimports,svc,endpointslices -n %s\n", kubectl, kubeconfigs["hub"], appNamespace)
 	fmt.Printf("  %s --kubeconfig %s get svc,endpointslices -n %s\n", kubectl, kubeconfigs["east"], appNamespace)
 	fmt.Printf("  # change a member and watch the hub follow:\n")
@@ -337,6 +337,20 @@ func fingerprint(st hubState) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
+}
+
+// findKubectl returns the kubectl to suggest: the one `make tools` builds
+// next to kube-apiserver, else one on $PATH, else "kubectl" with a note on
+// how to build it (`make demo` builds only what the demo runs).
+func findKubectl(assets string) (path, note string) {
+	p := filepath.Join(assets, "kubectl")
+	if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		return p, ""
+	}
+	if p, err := exec.LookPath("kubectl"); err == nil {
+		return p, ""
+	}
+	return "kubectl", " (no kubectl found: `make kubectl` builds one into " + assets + ")"
 }
 
 // cleanup stops whatever run started, in reverse order: the daemon (SIGTERM,

@@ -63,6 +63,15 @@ build: ## Build bin/endpoint-aggregator
 demo: $(DEMO_TOOLS) build ## Run a hub and two member clusters with the daemon aggregating them (Ctrl-C stops); builds only etcd and kube-apiserver
 	ENDPOINT_AGGREGATOR_ASSETS=$(ASSETS_DIR) $(GO) run ./hack/demo -binary $(CURDIR)/$(BINARY)
 
+# How many times `make demo-check` runs the demo, and extra flags for each
+# run (`go run ./hack/demo -help`), e.g. DEMO_CHECK_FLAGS='-timeout 1m'.
+RUNS ?= 10
+DEMO_CHECK_FLAGS ?=
+
+.PHONY: demo-check
+demo-check: $(DEMO_TOOLS) build ## Run the demo with -check RUNS times in a row; report how many printed the hub tables (logs of failed runs in bin/demo-check/)
+	ENDPOINT_AGGREGATOR_ASSETS=$(ASSETS_DIR) GO=$(GO) hack/demo-check.sh -n $(RUNS) -binary $(CURDIR)/$(BINARY) $(DEMO_CHECK_FLAGS)
+
 .PHONY: fmt
 fmt: ## Format the Go sources
 	gofmt -s -w $$(find . -name '*.go' -not -path './.git/*')

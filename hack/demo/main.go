@@ -2,6 +2,12 @@
 // (a hub and the members east and west, each a real etcd + kube-apiserver),
 // shows what it wrote into the hub, and keeps everything running until
 // Ctrl-C. Run it with `make demo`, which builds the binaries first.
+//
+// With -check it is a smoke test instead: it exits 0 as soon as it has
+// printed the hub tables and non-zero with its error otherwise (a timeout,
+// the daemon exiting, a failed cleanup), stopping everything it started
+// either way, and ends with one line starting "demo -check: ". `make
+// demo-check` (hack/demo-check.sh) runs it many times in a row.
 package main
 
 import (
@@ -33,17 +39,27 @@ func main() {
 	flag.StringVar(&d.binary, "binary", "bin/endpoint-aggregator", "path to the endpoint-aggregator binary")
 	flag.DurationVar(&d.timeout, "timeout", 2*time.Minute, "how long to wait for the aggregated objects to appear in the hub")
 	flag.BoolVar(&d.once, "once", false, "print the hub's state and stop, instead of waiting for Ctrl-C")
+	flag.BoolVar(&d.check, "check", false, "smoke test: exit 0 once the hub tables are printed, non-zero on a timeout or any other error; "+
+		"stops everything either way and ends with a line starting \"demo -check: \" (implies -once, without the kubeconfig hints)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "demo: unexpected arguments %q\n", flag.Args())
+		flag.Usage()
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	err := d.run(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
-		d.printDaemonLogTail()
+	t0 := time.Now()
+	err := d.runAndCleanup(ctx)
+	if d.check {
+		if err != nil {
+			fmt.Printf("demo -check: FAIL after %s: %s\n", time.Since(t0).Round(100*time.Millisecond), firstLine(err.Error()))
+		} else {
+			fmt.Printf("demo -check: ok: printed the hub tables; %s in all\n", time.Since(t0).Round(100*time.Millisecond))
+		}
 	}
-	d.cleanup()
 	if err != nil {
 		os.Exit(1)
 	}
@@ -53,6 +69,7 @@ type demo struct {
 	binary  string
 	timeout time.Duration
 	once    bool
+	check   bool
 
 	dir        string
 	clusters   []*testenv.Cluster
@@ -61,6 +78,26 @@ type demo struct {
 	metricsURL string
 	daemonDone chan struct{}
 	daemonErr  error // valid once daemonDone is closed
+}
+
+// runAndCleanup runs the demo and then stops what it started, also when run
+// fails or panics. Its error is run's, else cleanup's.
+func (d *demo) runAndCleanup(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = d.cleanup()
+			panic(r)
+		}
+	}()
+	err = d.run(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+		d.printDaemonLogTail()
+	}
+	if cerr := d.cleanup(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (d *demo) run(ctx context.Context) error {
@@ -141,6 +178,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
+	if d.check {
+		fmt.Println()
+		return nil // the kubeconfigs are about to go away: no hints
+	}
 	kubectl, kubectlNote := findKubectl(assets)
 	fmt.Printf("\nKubeconfigs (valid while the demo runs):\n")
 	for _, c := range d.clusters {
@@ -354,8 +395,10 @@ func findKubectl(assets string) (path, note string) {
 }
 
 // cleanup stops whatever run started, in reverse order: the daemon (SIGTERM,
-// then SIGKILL after 15s), the clusters, the temporary directory.
-func (d *demo) cleanup() {
+// then SIGKILL after 15s), the clusters, the temporary directory. It returns
+// what went wrong, having printed it; it is safe to call more than once.
+func (d *demo) cleanup() error {
+	var errs []error
 	if d.daemon != nil {
 		select {
 		case <-d.daemonDone:
@@ -371,19 +414,28 @@ func (d *demo) cleanup() {
 			}
 			fmt.Printf("endpoint-aggregator stopped (%s).\n", exitText(d.daemonErr))
 		}
+		d.daemon = nil
 	}
 	if len(d.clusters) > 0 {
 		fmt.Println("Stopping the clusters ...")
 		if err := testenv.StopAll(d.clusters...); err != nil {
 			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+			errs = append(errs, err)
 		}
+		d.clusters = nil
 	}
 	if d.dir != "" {
 		if err := os.RemoveAll(d.dir); err != nil {
 			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+			errs = append(errs, err)
 		}
+		d.dir = ""
 	}
 	fmt.Println("Done.")
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
 }
 
 // printDaemonLogTail shows the end of the daemon's log on failure, before
@@ -412,6 +464,11 @@ func freeLoopbackAddr() (string, error) {
 	}
 	addr := l.Addr().String()
 	return addr, l.Close()
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
 }
 
 func exitText(err error) string {

@@ -16,8 +16,13 @@ ASSETS_DIR = $(abspath $(CACHE_DIR))/bin/k8s-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 
 BINARY := bin/endpoint-aggregator
 
-# Extra flags for the unit tests, e.g. `make test-unit UNIT_TEST_FLAGS=-race`.
+# The unit tests run under the race detector (needs cgo and a C compiler);
+# `make test-unit UNIT_RACE=` runs them without it.
+UNIT_RACE ?= -race
+# Extra flags for the unit tests, e.g. `make test-unit UNIT_TEST_FLAGS='-count=1 -run TestMerge'`.
 UNIT_TEST_FLAGS ?=
+# -race makes the tests several times slower than without it.
+UNIT_TIMEOUT ?= 20m
 E2E_TIMEOUT ?= 30m
 
 # What `kube-apiserver --version` and `kubectl version` report (as in the
@@ -96,8 +101,8 @@ test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; 
 
 .PHONY: test-unit
 test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
-test-unit: ## Run unit tests (tests that need the Kubernetes binaries skip when there are none)
-	$(GO) test $(UNIT_TEST_FLAGS) -timeout 10m ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
+test-unit: ## Run unit tests under -race (tests that need the Kubernetes binaries skip when there are none)
+	$(GO) test $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
 
 .PHONY: test-e2e
 test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)

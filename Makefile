@@ -48,6 +48,11 @@ COREDNS := $(abspath $(CACHE_DIR))/bin/coredns-$(COREDNS_VERSION)/coredns
 HELM_VERSION := v3.22.0
 HELM := $(abspath $(CACHE_DIR))/bin/helm-$(HELM_VERSION)/helm
 
+# golangci-lint for `make lint` (configuration: .golangci.yml), installed
+# from its pinned Go module into the cache like Helm.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(abspath $(CACHE_DIR))/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
 .DEFAULT_GOAL := help
 
 ##@ General
@@ -84,6 +89,21 @@ fmt: ## Format the Go sources
 .PHONY: vet
 vet: ## Run go vet
 	$(GO) vet ./...
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned GOLANGCI_LINT_VERSION, config .golangci.yml) on the Go module
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint (pinned GOLANGCI_LINT_VERSION) into the cache if missing (Go module proxy only; a few minutes cold)
+
+# go install into a temporary GOBIN, then rename, as for Helm.
+$(GOLANGCI_LINT):
+	@mkdir -p $(@D)
+	@echo "go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) -> $@"
+	@tmp="$$(mktemp -d '$(@D)/.build.XXXXXX')"; trap 'rm -rf "$$tmp"' EXIT; \
+	GOBIN="$$tmp" $(GO) install -trimpath github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	mv -f "$$tmp/golangci-lint" $@
 
 .PHONY: clean
 clean: ## Remove the repository's build outputs (not the binary cache)

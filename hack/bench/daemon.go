@@ -59,7 +59,7 @@ func startDaemon(binary string, args, env []string, metricsAddr, logPath string)
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close() // the child has its own descriptor
+	defer func() { _ = logf.Close() }() // the child has its own descriptor; nothing was written through this one
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if len(env) > 0 {
@@ -221,7 +221,7 @@ func (d *daemonProc) profile(ctx context.Context, path, dir, name string) error 
 		return err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close() // the copy's error is the one to report
 		return err
 	}
 	return f.Close()

@@ -344,16 +344,10 @@ func (t *tracker) noteConverged(now time.Time) {
 	}
 }
 
+// unmetLocked returns how many member services and clusterset services are
+// not yet as expected in the hub. t.mu must be held.
 func (t *tracker) unmetLocked() int {
 	return len(t.keys) - t.okKeys + t.nServices - t.okServices
-}
-
-// unmet returns how many member services and clusterset services are not
-// yet as expected in the hub.
-func (t *tracker) unmet() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.unmetLocked()
 }
 
 // waitConverged waits until the hub holds everything expected and returns

@@ -214,7 +214,7 @@ func (d *demo) startDaemon(ctx context.Context, binary, hubKubeconfig string) er
 	if err != nil {
 		return err
 	}
-	defer logf.Close() // the child keeps its own descriptor
+	defer func() { _ = logf.Close() }() // the child keeps its own descriptor; nothing was written through this one
 	// Metrics on a free loopback port rather than the default :8080, which
 	// may be taken and would listen on every interface.
 	metricsAddr, err := freeLoopbackAddr()

@@ -161,7 +161,7 @@ func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext string) (*coreDNSProc
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own descriptor
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor; nothing was written through this one
 	cmd := exec.Command(bin, "-conf", corefilePath)
 	cmd.Dir = dir
 	cmd.Stdout = logFile

@@ -283,11 +283,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("waiting for member registrations: %w", err)
 	}
-	// Every hub object is checked once: those of clusters without a Secret
-	// are withdrawn now; those of registered clusters wait for the cluster
-	// to sync (ClusterSynced queues them again).
-	c.enqueueHubObjects(labels.Everything())
-	c.startedOnce.Do(func() { close(c.started) })
+	c.begin()
 
 	klog.InfoS("Starting workers", "count", c.opts.Workers)
 	var wg stdsync.WaitGroup
@@ -307,6 +303,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.queue.ShutDown()
 	wg.Wait()
 	return nil
+}
+
+// begin queues every hub object once, now that the hub caches and the
+// registrations are known: those of clusters without a Secret are withdrawn;
+// those of registered clusters wait for the cluster to sync.
+func (c *Controller) begin() {
+	c.enqueueHubObjects(labels.Everything())
+	c.startedOnce.Do(func() { close(c.started) })
 }
 
 func (c *Controller) worker(ctx context.Context) {

@@ -1,0 +1,238 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// wantHub is what the hub should hold for the members' state, computed
+// from package endpoints alone: the specification the controller is held to.
+type wantHub struct {
+	perCluster map[Key]*wantSource
+	imports    map[Key]*wantImport
+}
+
+type wantSource struct {
+	svc    *corev1.Service // nil when a foreign object holds its name
+	eps    *corev1.Endpoints
+	slices []*discoveryv1.EndpointSlice
+}
+
+type wantImport struct {
+	imp       *mcsv1beta1.ServiceImport
+	conflicts []endpoints.Conflict
+}
+
+// expectedHub computes the hub for members' truth. nsExists says which hub
+// namespaces exist; foreign holds "resource/namespace/name" of the objects
+// of others, which the daemon must leave alone.
+func expectedHub(members map[string]*simMember, nsExists func(string) bool, foreign map[string]string) wantHub {
+	want := wantHub{perCluster: map[Key]*wantSource{}, imports: map[Key]*wantImport{}}
+	exports := map[Key][]endpoints.Export{}
+	for _, cluster := range sortedMemberNames(members) {
+		m := members[cluster]
+		for _, key := range sortedKeys(m.truth[kindService]) {
+			svc := m.truth[kindService][key].(*corev1.Service)
+			se := m.truthExport(svc.Namespace, svc.Name)
+			if se == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || !nsExists(svc.Namespace) {
+				continue
+			}
+			k := Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}
+			src, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: m.truthSlices(svc.Namespace, svc.Name)})
+			ws := &wantSource{slices: endpoints.PlanSlices(src, nil).Create}
+			name, _ := endpoints.PerClusterName(svc.Name, cluster)
+			if _, taken := foreign[resourceService+"/"+svc.Namespace+"/"+name]; !taken {
+				ws.svc = endpoints.PerClusterService(src, endpoints.PerClusterMirror)
+				ws.eps = endpoints.PerClusterEndpoints(src)
+			}
+			want.perCluster[k] = ws
+			exports[k.ClusterSet()] = append(exports[k.ClusterSet()], endpoints.Export{Cluster: cluster, Service: svc, Created: se.CreationTimestamp,
+				ExportedLabels: se.Spec.ExportedLabels, ExportedAnnotations: se.Spec.ExportedAnnotations})
+		}
+	}
+	for k, ex := range exports {
+		if _, taken := foreign[resourceServiceImport+"/"+k.Namespace+"/"+k.Name]; taken {
+			continue
+		}
+		res := endpoints.MergeImport(k.Namespace, k.Name, ex)
+		want.imports[k] = &wantImport{imp: res.Import, conflicts: res.Conflicts}
+	}
+	return want
+}
+
+func sortedMemberNames(members map[string]*simMember) []string {
+	out := make([]string, 0, len(members))
+	for n := range members {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// check compares the hub with what the members' final state asks for.
+func (w *world) check() error {
+	for ref, rv := range w.foreign {
+		resource, rest, _ := strings.Cut(ref, "/")
+		ns, name, _ := strings.Cut(rest, "/")
+		o, ok := w.srv.get(resource, ns, name)
+		if !ok {
+			return fmt.Errorf("foreign %s was deleted", ref)
+		}
+		if m, _ := meta.Accessor(o); m.GetResourceVersion() != rv {
+			return fmt.Errorf("foreign %s was changed", ref)
+		}
+	}
+	nsExists := func(ns string) bool { _, ok := w.srv.get(resourceNamespace, "", ns); return ok }
+	want := expectedHub(w.members.members, nsExists, w.foreign)
+
+	// Services: per-cluster and derived.
+	imports := map[Key]*mcsv1beta1.ServiceImport{}
+	for _, o := range w.srv.list(resourceServiceImport) {
+		if imp := o.(*mcsv1beta1.ServiceImport); watched(resourceServiceImport, imp) {
+			imports[Key{Namespace: imp.Namespace, Name: imp.Name}] = imp
+		}
+	}
+	derived := map[Key]*corev1.Service{}
+	gotSvc := map[Key]bool{}
+	for _, o := range w.srv.list(resourceService) {
+		svc := o.(*corev1.Service)
+		if !watched(resourceService, svc) {
+			continue
+		}
+		k, ok := hubKey(svc)
+		if !ok {
+			return fmt.Errorf("hub Service %s/%s is labelled ours but names no source", svc.Namespace, svc.Name)
+		}
+		if k.IsClusterSet() {
+			wi := want.imports[k]
+			if wi == nil || svc.Name != endpoints.DerivedServiceName(k.Namespace, k.Name) {
+				return fmt.Errorf("hub has derived Service %s/%s for %s, which nothing exports", svc.Namespace, svc.Name, k)
+			}
+			if !endpoints.DerivedServiceUpToDate(endpoints.DerivedService(wi.imp), svc) {
+				return fmt.Errorf("derived Service %s/%s differs from the import of %s: %+v", svc.Namespace, svc.Name, k, svc.Spec)
+			}
+			imp := imports[k]
+			if imp == nil || len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].UID != imp.UID {
+				return fmt.Errorf("derived Service %s/%s is not owned by its ServiceImport", svc.Namespace, svc.Name)
+			}
+			derived[k] = svc
+			continue
+		}
+		ws := want.perCluster[k]
+		name, _ := endpoints.PerClusterName(k.Name, k.Cluster)
+		if ws == nil || ws.svc == nil || svc.Name != name {
+			return fmt.Errorf("hub has per-cluster Service %s/%s for %s, which is not exported", svc.Namespace, svc.Name, k)
+		}
+		if !endpoints.ServiceUpToDate(ws.svc, svc) || endpoints.ServiceNeedsRecreate(ws.svc, svc) {
+			return fmt.Errorf("per-cluster Service %s/%s differs from %s: %+v", svc.Namespace, svc.Name, k, svc.Spec)
+		}
+		gotSvc[k] = true
+	}
+	for k, ws := range want.perCluster {
+		if ws.svc != nil && !gotSvc[k] {
+			return fmt.Errorf("per-cluster Service of %s is missing", k)
+		}
+	}
+
+	// Endpoints.
+	gotEps := map[Key]bool{}
+	for _, o := range w.srv.list(resourceEndpoints) {
+		eps := o.(*corev1.Endpoints)
+		if !watched(resourceEndpoints, eps) {
+			continue
+		}
+		k, _ := hubKey(eps)
+		ws := want.perCluster[k]
+		if ws == nil || ws.eps == nil || eps.Name != ws.eps.Name {
+			return fmt.Errorf("hub has Endpoints %s/%s for %s, which is not exported", eps.Namespace, eps.Name, k)
+		}
+		if !endpoints.EndpointsUpToDate(ws.eps, endpoints.DigestEndpoints(eps)) {
+			return fmt.Errorf("Endpoints %s/%s differ from %s", eps.Namespace, eps.Name, k)
+		}
+		gotEps[k] = true
+	}
+	for k, ws := range want.perCluster {
+		if ws.eps != nil && !gotEps[k] {
+			return fmt.Errorf("Endpoints of %s are missing", k)
+		}
+	}
+
+	// MCS slices, compared endpoint by endpoint: how they are packed is the
+	// planner's business.
+	got := map[Key][]string{}
+	for _, o := range w.srv.list(resourceEndpointSlice) {
+		s := o.(*discoveryv1.EndpointSlice)
+		if !watched(resourceEndpointSlice, s) {
+			continue
+		}
+		k, ok := hubKey(s)
+		if !ok || want.perCluster[k] == nil {
+			return fmt.Errorf("hub has slice %s/%s for %v, which is not exported", s.Namespace, s.Name, k)
+		}
+		if len(s.Endpoints) > endpoints.MaxEndpointsPerSlice {
+			return fmt.Errorf("slice %s/%s holds %d endpoints", s.Namespace, s.Name, len(s.Endpoints))
+		}
+		got[k] = append(got[k], sliceContent(s)...)
+	}
+	for k, ws := range want.perCluster {
+		var exp []string
+		for _, s := range ws.slices {
+			exp = append(exp, sliceContent(s)...)
+		}
+		sort.Strings(exp)
+		sort.Strings(got[k])
+		if !slices.Equal(exp, got[k]) {
+			return fmt.Errorf("slices of %s hold %v, want %v", k, got[k], exp)
+		}
+	}
+
+	// ServiceImports.
+	for k, imp := range imports {
+		wi := want.imports[k]
+		if wi == nil {
+			return fmt.Errorf("hub has ServiceImport %s, which nothing exports", k)
+		}
+		exp := wi.imp.DeepCopy()
+		exp.Spec.IPs = importIPs(exp, derived[k])
+		if derived[k] == nil {
+			return fmt.Errorf("ServiceImport %s has no derived Service", k)
+		}
+		if !endpoints.ImportUpToDate(exp, imp) {
+			return fmt.Errorf("ServiceImport %s is %+v %+v, want %+v %+v", k, imp.Spec, imp.Status.Clusters, exp.Spec, exp.Status.Clusters)
+		}
+		for _, c := range endpoints.ImportConditions(wi.conflicts, imp.Generation) {
+			got := meta.FindStatusCondition(imp.Status.Conditions, c.Type)
+			if got == nil || got.Status != c.Status || got.Reason != c.Reason {
+				return fmt.Errorf("ServiceImport %s condition %s is %+v, want %s/%s", k, c.Type, got, c.Status, c.Reason)
+			}
+		}
+	}
+	for k := range want.imports {
+		if imports[k] == nil {
+			return fmt.Errorf("ServiceImport %s is missing", k)
+		}
+	}
+	return nil
+}
+
+// sliceContent lists a slice's endpoints, each with its address type and
+// ports.
+func sliceContent(s *discoveryv1.EndpointSlice) []string {
+	ports, _ := json.Marshal(s.Ports)
+	out := make([]string, 0, len(s.Endpoints))
+	for _, e := range s.Endpoints {
+		ep, _ := json.Marshal(e)
+		out = append(out, string(s.AddressType)+" "+string(ports)+" "+string(ep))
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// simMember is a member cluster of the order explorer: its API server's
+// state (truth) and its informers' caches, which see truth only through the
+// first list and then through watch events the explorer delivers one by one.
+type simMember struct {
+	name   string
+	rv     int
+	truth  memberObjects
+	cache  memberObjects
+	svcIdx cache.Indexer // cache.services, for the lister
+	// pending holds the watch events of truth's changes not delivered yet.
+	pending          []memberEvent
+	listed, timedOut bool
+	listAt           time.Time // when its first list can complete
+	handlers         [3]cache.ResourceEventHandler // services, slices, exports
+}
+
+// memberObjects holds one member's objects by kind, then namespace/name.
+type memberObjects [3]map[string]runtime.Object
+
+const (
+	kindService = iota
+	kindSlice
+	kindExport
+)
+
+type memberEvent struct {
+	kind int
+	key  string
+	obj  runtime.Object // nil: deleted
+}
+
+func newMemberObjects() memberObjects {
+	return memberObjects{{}, {}, {}}
+}
+
+func newSimMember(name string) *simMember {
+	return &simMember{name: name, truth: newMemberObjects(), cache: newMemberObjects(),
+		svcIdx: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+}
+
+// set changes truth: obj is stored under key (nil deletes it), and a watch
+// event follows once the member has listed.
+func (m *simMember) set(kind int, key string, obj runtime.Object) {
+	if obj == nil {
+		if _, ok := m.truth[kind][key]; !ok {
+			return
+		}
+		delete(m.truth[kind], key)
+	} else {
+		m.rv++
+		obj = obj.DeepCopyObject()
+		om, _ := metaOf(obj)
+		om.SetResourceVersion(strconv.Itoa(m.rv))
+		m.truth[kind][key] = obj
+	}
+	if m.listed {
+		m.pending = append(m.pending, memberEvent{kind: kind, key: key, obj: obj})
+	}
+}
+
+// list fills the caches from truth, as the informers' first list does, and
+// tells the handlers.
+func (m *simMember) list() {
+	m.listed = true
+	m.pending = nil
+	for kind := range m.truth {
+		for _, key := range sortedKeys(m.truth[kind]) {
+			m.deliver(memberEvent{kind: kind, key: key, obj: m.truth[kind][key]}, true)
+		}
+	}
+}
+
+// deliver applies one watch event to the caches and calls the handler.
+func (m *simMember) deliver(ev memberEvent, initial bool) {
+	old, had := m.cache[ev.kind][ev.key]
+	if ev.obj == nil {
+		if !had {
+			return
+		}
+		delete(m.cache[ev.kind], ev.key)
+		if ev.kind == kindService {
+			_ = m.svcIdx.Delete(old)
+		}
+		if h := m.handlers[ev.kind]; h != nil {
+			h.OnDelete(old)
+		}
+		return
+	}
+	obj := ev.obj.DeepCopyObject()
+	m.cache[ev.kind][ev.key] = obj
+	if ev.kind == kindService {
+		_ = m.svcIdx.Update(obj)
+	}
+	h := m.handlers[ev.kind]
+	switch {
+	case h == nil:
+	case had:
+		h.OnUpdate(old, obj)
+	default:
+		h.OnAdd(obj, initial)
+	}
+}
+
+func sortedKeys(objs map[string]runtime.Object) []string {
+	keys := make([]string, 0, len(objs))
+	for k := range objs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// The Member interface, read from the caches.
+
+func (m *simMember) HasSynced() bool    { return m.listed }
+func (m *simMember) SyncTimedOut() bool { return m.timedOut && !m.listed }
+func (m *simMember) ServiceLister() corelisters.ServiceLister {
+	return corelisters.NewServiceLister(m.svcIdx)
+}
+
+func (m *simMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlice, error) {
+	var out []*discoveryv1.EndpointSlice
+	for _, key := range sortedKeys(m.cache[kindSlice]) {
+		s := m.cache[kindSlice][key].(*discoveryv1.EndpointSlice)
+		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (m *simMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
+	if o, ok := m.cache[kindExport][ns+"/"+name]; ok {
+		return o.(*mcsv1beta1.ServiceExport)
+	}
+	return nil
+}
+
+func (m *simMember) UnreachableSince() (time.Time, bool) { return time.Time{}, false }
+func (m *simMember) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
+	return grace, withdraw
+}
+
+func (m *simMember) PatchServiceExportConditions(context.Context, *mcsv1beta1.ServiceExport, []metav1.Condition) error {
+	return errors.New("the explorer does not write export status")
+}
+
+// truthService and friends read truth.
+func (m *simMember) truthService(ns, name string) *corev1.Service {
+	if o, ok := m.truth[kindService][ns+"/"+name]; ok {
+		return o.(*corev1.Service)
+	}
+	return nil
+}
+
+func (m *simMember) truthExport(ns, name string) *mcsv1beta1.ServiceExport {
+	if o, ok := m.truth[kindExport][ns+"/"+name]; ok {
+		return o.(*mcsv1beta1.ServiceExport)
+	}
+	return nil
+}
+
+func (m *simMember) truthSlices(ns, svc string) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, key := range sortedKeys(m.truth[kindSlice]) {
+		s := m.truth[kindSlice][key].(*discoveryv1.EndpointSlice)
+		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// simMembers is the explorer's member registry.
+type simMembers struct {
+	members map[string]*simMember
+	synced  bool
+}
+
+func (s *simMembers) Member(name string) Member {
+	if m, ok := s.members[name]; ok {
+		return m
+	}
+	return nil
+}
+
+func (s *simMembers) Names() []string {
+	out := make([]string, 0, len(s.members))
+	for n := range s.members {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *simMembers) SecretsSynced() bool { return s.synced }

@@ -1,0 +1,712 @@
+package sync
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+var (
+	exploreSeed  = flag.Int64("seed", -1, "TestExploreOrders: replay only this seed, logging every step")
+	exploreSeeds = flag.Int("seeds", 1000, "TestExploreOrders: how many seeds to explore")
+)
+
+// TestExploreOrders drives the controller through orders a seeded scheduler
+// picks: member first syncs (some past their timeout), member and hub watch
+// events (delayed, interleaved, echoes racing their write, dropped and
+// relisted), write failures (409, 500, timeouts applied or not), startup
+// with a stale hub, foreign objects, hub objects edited by someone else and
+// member changes at any time. At quiescence, for every seed:
+//   - the hub holds exactly what package endpoints computes from the members'
+//     final state (computed here, not by the controller);
+//   - no foreign object was touched;
+//   - one more full resync writes nothing.
+func TestExploreOrders(t *testing.T) {
+	if *exploreSeed >= 0 {
+		if err := explore(*exploreSeed, t.Logf); err != nil {
+			t.Fatalf("seed %d: %v", *exploreSeed, err)
+		}
+		return
+	}
+	var failed []int64
+	var first error
+	for seed := int64(0); seed < int64(*exploreSeeds); seed++ {
+		if err := explore(seed, nil); err != nil {
+			if first == nil {
+				first = fmt.Errorf("seed %d: %w", seed, err)
+			}
+			failed = append(failed, seed)
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d seeds failed; the first: %v\nreplay one with: go test ./pkg/sync -run 'TestExploreOrders$' -v -seed %d\nfailing seeds: %v",
+			len(failed), *exploreSeeds, first, failed[0], failed)
+	}
+}
+
+// The explorer's ClusterSet: its members, namespaces and services.
+var (
+	simClusters   = []string{"east", "west", "north"}
+	simNamespaces = []string{"shop", "late"}
+	simServices   = []string{"db", "cart", "web"}
+)
+
+// world is one seed's run.
+type world struct {
+	rng     *rand.Rand
+	logf    func(string, ...interface{})
+	now     time.Time
+	ctx     context.Context
+	srv     *simServer
+	ctrl    *Controller
+	queue   *simQueue
+	members *simMembers
+	order   []string // member names
+	// hubEvents are the hub watch events not delivered yet, per resource;
+	// a broken watch drops them until a relist.
+	hubEvents map[string][]hubEvent
+	broken    map[string]bool
+	hubListed bool
+	started   bool
+	script    []step
+	faults    bool
+	breaks    int // watch breaks left
+	// foreign holds the resourceVersion of every foreign hub object.
+	foreign map[string]string
+	steps   int
+}
+
+type step struct {
+	name string
+	do   func()
+}
+
+func (w *world) log(format string, args ...interface{}) {
+	if w.logf != nil {
+		w.logf("%5d %8s  %s", w.steps, w.now.Sub(simEpoch).Round(time.Millisecond), fmt.Sprintf(format, args...))
+	}
+}
+
+var simEpoch = time.Unix(100000, 0)
+
+// simSyncTimeout is the members' first-sync timeout.
+const simSyncTimeout = 30 * time.Second
+
+func init() {
+	// The controller logs every conflict and retry; the explorer makes many.
+	klog.SetOutput(discard{})
+	klog.LogToStderr(false)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func explore(seed int64, logf func(string, ...interface{})) error {
+	w, err := newWorld(seed, logf)
+	if err != nil {
+		return err
+	}
+	if err := w.run(20000); err != nil {
+		return err
+	}
+	if err := w.check(); err != nil {
+		return err
+	}
+	// One more full resync, without faults: it must write nothing.
+	before := w.srv.changes
+	w.log("full resync")
+	for _, name := range w.order {
+		w.ctrl.ClusterSynced(name)
+	}
+	w.ctrl.enqueueHubObjects(labels.Everything())
+	if err := w.run(20000); err != nil {
+		return err
+	}
+	if n := w.srv.changes - before; n > 0 {
+		return fmt.Errorf("a full resync of a converged hub wrote %d times", n)
+	}
+	return w.check()
+}
+
+func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
+	rng := rand.New(rand.NewSource(seed))
+	w := &world{
+		rng: rng, logf: logf, now: simEpoch, ctx: context.Background(),
+		srv: newSimServer(), hubEvents: map[string][]hubEvent{}, broken: map[string]bool{},
+		faults: rng.Intn(4) > 0, breaks: rng.Intn(3), foreign: map[string]string{},
+	}
+	hub := kubefake.NewClientset()
+	hubMCS := mcsfake.NewSimpleClientset()
+	hub.PrependReactor("*", "*", w.srv.react)
+	hubMCS.PrependReactor("*", "*", w.srv.react)
+	w.srv.watch = func(ev hubEvent) {
+		if !w.broken[ev.resource] {
+			w.hubEvents[ev.resource] = append(w.hubEvents[ev.resource], ev)
+		}
+	}
+	w.srv.fault = w.fault
+	if logf != nil {
+		w.srv.logf = w.log
+	}
+	w.srv.during = w.during
+
+	n := 2 + rng.Intn(2)
+	w.members = &simMembers{members: map[string]*simMember{}}
+	for _, name := range simClusters[:n] {
+		m := newSimMember(name)
+		// Most members list at once; some take a while, and some longer
+		// than their sync timeout.
+		switch rng.Intn(4) {
+		case 0:
+			m.listAt = simEpoch.Add(time.Duration(rng.Intn(int(simSyncTimeout))))
+		case 1:
+			m.listAt = simEpoch.Add(simSyncTimeout + time.Duration(rng.Intn(int(simSyncTimeout))))
+		}
+		w.members.members[name] = m
+		w.order = append(w.order, name)
+	}
+	ctrl, err := New(hub, hubMCS, w.members, Options{
+		Workers: 1,
+		Export:  ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.ctrl = ctrl
+	w.queue = newSimQueue(rng, func() time.Time { return w.now })
+	ctrl.queue = w.queue
+	ctrl.written.now = func() time.Time { return w.now }
+	for _, name := range w.order {
+		m := w.members.members[name]
+		svc, sl, se := ctrl.EventHandlers(name)
+		m.handlers = [3]cache.ResourceEventHandler{svc, sl, se}
+	}
+
+	// The hub: its namespaces, perhaps what an earlier run left (for the
+	// members as they were then, and for a member since unregistered), and
+	// objects of others, some holding names the daemon wants.
+	w.srv.seed(resourceNamespace, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}})
+	if rng.Intn(3) == 0 {
+		w.srv.seed(resourceNamespace, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
+	}
+	if rng.Intn(2) == 0 {
+		earlier := map[string]*simMember{}
+		for _, name := range append(append([]string(nil), w.order...), "gone") {
+			m := newSimMember(name)
+			w.fillMember(m)
+			earlier[name] = m
+		}
+		w.seedHub(earlier)
+	}
+	if rng.Intn(3) == 0 {
+		svc, cluster := simServices[rng.Intn(len(simServices))], w.order[rng.Intn(len(w.order))]
+		name, _ := endpoints.PerClusterName(svc, cluster)
+		w.seedForeign(resourceService, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}})
+	}
+	if rng.Intn(4) == 0 {
+		w.seedForeign(resourceServiceImport, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: simServices[rng.Intn(len(simServices))]},
+			Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP}})
+	}
+
+	// The members as they are at start, and what happens to them later.
+	for _, name := range w.order {
+		w.fillMember(w.members.members[name])
+	}
+	for i := rng.Intn(8); i > 0; i-- {
+		w.script = append(w.script, w.randomChange())
+	}
+	return w, nil
+}
+
+func (w *world) seedForeign(resource string, obj runtime.Object) {
+	stored := w.srv.seed(resource, obj)
+	m, _ := metaOf(stored)
+	w.foreign[resource+"/"+objKey(m)] = m.GetResourceVersion()
+}
+
+// fillMember gives a member a random set of services, exports and
+// endpoints.
+func (w *world) fillMember(m *simMember) {
+	for _, ns := range simNamespaces {
+		for _, name := range simServices {
+			if w.rng.Intn(5) < 3 {
+				w.putService(m, ns, name)
+				if w.rng.Intn(4) < 3 {
+					w.putExport(m, ns, name)
+				}
+			} else if w.rng.Intn(10) == 0 {
+				w.putExport(m, ns, name) // an export without its service
+			}
+		}
+	}
+}
+
+// simPortSets are the port sets members give a service: some agree, some
+// conflict.
+var simPortSets = [][]corev1.ServicePort{
+	{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+	{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+	{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}},
+	{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}, {Name: "grpc", Port: 9090, Protocol: corev1.ProtocolTCP}},
+}
+
+func (w *world) putService(m *simMember, ns, name string) {
+	ports := simPortSets[w.rng.Intn(len(simPortSets))]
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: k8stypes.UID("member-" + m.name + "-" + ns + "-" + name),
+			CreationTimestamp: metav1.NewTime(simEpoch.Add(-time.Duration(w.rng.Intn(3)) * time.Hour))},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.10", Ports: ports},
+	}
+	if name == "db" {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	m.set(kindService, ns+"/"+name, svc)
+	w.putEndpoints(m, ns, name, ports)
+}
+
+// putEndpoints replaces the member's slices of a service: up to two slices
+// of up to three endpoints, some not ready.
+func (w *world) putEndpoints(m *simMember, ns, name string, ports []corev1.ServicePort) {
+	for _, s := range m.truthSlices(ns, name) {
+		m.set(kindSlice, ns+"/"+s.Name, nil)
+	}
+	idx := 0
+	for _, c := range simClusters {
+		if c == m.name {
+			break
+		}
+		idx++
+	}
+	for i := w.rng.Intn(3); i > 0; i-- {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, i), Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		for _, p := range ports {
+			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(p.Port + 8000), Protocol: ptr.To(corev1.ProtocolTCP)})
+		}
+		for j := w.rng.Intn(4); j > 0; j-- {
+			ready := w.rng.Intn(3) > 0
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", idx+1, i, w.rng.Intn(250)+1)},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(false)},
+			})
+		}
+		m.set(kindSlice, ns+"/"+s.Name, s)
+	}
+}
+
+func (w *world) putExport(m *simMember, ns, name string) {
+	m.set(kindExport, ns+"/"+name, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		CreationTimestamp: metav1.NewTime(simEpoch.Add(-time.Duration(w.rng.Intn(3)) * time.Minute))}})
+}
+
+// randomChange is one later change: to a member, to the hub's namespaces,
+// or to one of the daemon's hub objects by someone else.
+func (w *world) randomChange() step {
+	m := w.members.members[w.order[w.rng.Intn(len(w.order))]]
+	ns, name := simNamespaces[w.rng.Intn(len(simNamespaces))], simServices[w.rng.Intn(len(simServices))]
+	switch w.rng.Intn(6) {
+	case 0:
+		return step{fmt.Sprintf("%s: service %s/%s created or deleted", m.name, ns, name), func() {
+			if m.truthService(ns, name) != nil {
+				m.set(kindService, ns+"/"+name, nil)
+			} else {
+				w.putService(m, ns, name)
+			}
+		}}
+	case 1:
+		return step{fmt.Sprintf("%s: export %s/%s created or deleted", m.name, ns, name), func() {
+			if m.truthExport(ns, name) != nil {
+				m.set(kindExport, ns+"/"+name, nil)
+			} else {
+				w.putExport(m, ns, name)
+			}
+		}}
+	case 2:
+		return step{fmt.Sprintf("%s: endpoints of %s/%s changed", m.name, ns, name), func() {
+			if svc := m.truthService(ns, name); svc != nil {
+				w.putEndpoints(m, ns, name, svc.Spec.Ports)
+			}
+		}}
+	case 3:
+		return step{fmt.Sprintf("%s: service %s/%s replaced with new ports", m.name, ns, name), func() {
+			if m.truthService(ns, name) != nil {
+				w.putService(m, ns, name)
+			}
+		}}
+	case 4:
+		return step{"hub: namespace late created", func() {
+			if _, ok := w.srv.get(resourceNamespace, "", "late"); !ok {
+				_, _ = w.srv.create(corev1.Resource("namespaces"), resourceNamespace, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
+			}
+		}}
+	}
+	return step{"hub: someone else edits or deletes one of the daemon's objects", w.tamper}
+}
+
+// tamper edits or deletes one of the daemon's hub objects, as a person or
+// another controller might.
+func (w *world) tamper() {
+	var refs []string
+	for _, r := range []string{resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport} {
+		for _, o := range w.srv.list(r) {
+			if watched(r, o) {
+				m, _ := metaOf(o)
+				refs = append(refs, r+" "+objKey(m))
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	ref := refs[w.rng.Intn(len(refs))]
+	resource, key, _ := strings.Cut(ref, " ")
+	ns, name, _ := strings.Cut(key, "/")
+	obj, _ := w.srv.get(resource, ns, name)
+	gr := schema.GroupResource{Resource: resource}
+	if w.rng.Intn(2) == 0 {
+		w.log("tamper: delete %s", ref)
+		_ = w.srv.delete(gr, resource, ns, name, metav1.DeleteOptions{})
+		return
+	}
+	w.log("tamper: edit %s", ref)
+	switch o := obj.(type) {
+	case *corev1.Service:
+		o.Spec.Ports = append(o.Spec.Ports, corev1.ServicePort{Name: "intruder", Port: 1, Protocol: corev1.ProtocolTCP})
+	case *corev1.Endpoints:
+		o.Subsets = nil
+	case *discoveryv1.EndpointSlice:
+		o.Endpoints = nil
+	case *mcsv1beta1.ServiceImport:
+		o.Spec.Ports = nil
+	}
+	_, _ = w.srv.update(gr, resource, obj, false)
+}
+
+// seedHub stores what the daemon would have written for earlier member
+// states, as a run before a restart left it.
+func (w *world) seedHub(earlier map[string]*simMember) {
+	want := expectedHub(earlier, func(ns string) bool { _, ok := w.srv.get(resourceNamespace, "", ns); return ok }, nil)
+	for _, o := range want.perCluster {
+		w.srv.seed(resourceService, o.svc)
+		w.srv.seed(resourceEndpoints, o.eps)
+		for _, s := range o.slices {
+			w.srv.seed(resourceEndpointSlice, s)
+		}
+	}
+	for _, imp := range want.imports {
+		stored := w.srv.seed(resourceServiceImport, imp.imp).(*mcsv1beta1.ServiceImport)
+		svc := endpoints.DerivedService(imp.imp)
+		svc.OwnerReferences = []metav1.OwnerReference{importOwner(stored)}
+		if imp.imp.Spec.Type != mcsv1beta1.Headless {
+			w.srv.nextIP++
+			svc.Spec.ClusterIP = fmt.Sprintf("10.96.200.%d", w.srv.nextIP%250+1)
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+			stored.Spec.IPs = svc.Spec.ClusterIPs
+			w.srv.objects[resourceServiceImport][objKey(stored)] = stored
+		}
+		w.srv.seed(resourceService, svc)
+	}
+}
+
+// fault picks the fate of one write while faults are on.
+func (w *world) fault(verb, resource string) (error, bool) {
+	if !w.faults || w.rng.Intn(12) > 0 {
+		return nil, false
+	}
+	gr := schema.GroupResource{Resource: resource}
+	switch w.rng.Intn(4) {
+	case 0:
+		if verb == verbUpdate || verb == verbUpdateStatus {
+			w.log("fault: 409 on %s %s", verb, resource)
+			return apierrors.NewConflict(gr, "", fmt.Errorf("injected")), false
+		}
+		fallthrough
+	case 1:
+		w.log("fault: 500 on %s %s", verb, resource)
+		return apierrors.NewInternalError(fmt.Errorf("injected")), false
+	case 2:
+		w.log("fault: timeout on %s %s, not applied", verb, resource)
+		return fmt.Errorf("injected: %w", context.DeadlineExceeded), false
+	}
+	w.log("fault: timeout on %s %s, applied", verb, resource)
+	return apierrors.NewTimeoutError("injected", 1), true
+}
+
+// during runs while a write's response is on its way: its echo, and other
+// hub events, may arrive first.
+func (w *world) during() {
+	if w.rng.Intn(3) > 0 {
+		return
+	}
+	for _, r := range sortedResources(w.hubEvents) {
+		for len(w.hubEvents[r]) > 0 && w.rng.Intn(2) == 0 {
+			w.deliverHub(r)
+		}
+	}
+}
+
+// run takes steps until nothing is left to do but timers far ahead.
+func (w *world) run(limit int) error {
+	idle := w.now // when the last step that made progress ran
+	for ; limit > 0; limit-- {
+		w.steps++
+		w.queue.release()
+		steps := w.enabled()
+		if len(steps) == 0 {
+			due, ok := w.nextDue()
+			if !ok || due.Sub(idle) > 11*time.Minute {
+				return w.quiescent()
+			}
+			w.now = due
+			continue
+		}
+		s := steps[w.rng.Intn(len(steps))]
+		clock, sync := strings.HasPrefix(s.name, "clock"), s.name == "sync"
+		if !clock && !sync {
+			w.log("%s", s.name)
+		}
+		changes := w.srv.changes
+		s.do()
+		// A sync that changed nothing (a key parked on a name conflict,
+		// retried now and then) is no progress.
+		if !clock && (!sync || w.srv.changes != changes) {
+			idle = w.now
+		}
+	}
+	return fmt.Errorf("no quiescence after %d steps (queue %d, delayed %d)", w.steps, w.queue.Len(), len(w.queue.delayed))
+}
+
+// nextDue is the next time something is due: a delayed key, or a member's
+// first sync or sync timeout.
+func (w *world) nextDue() (time.Time, bool) {
+	due, ok := w.queue.nextDue()
+	for _, name := range w.order {
+		m := w.members.members[name]
+		if m.listed {
+			continue
+		}
+		for _, at := range []time.Time{m.listAt, simEpoch.Add(simSyncTimeout)} {
+			if at.After(w.now) && (!ok || at.Before(due)) {
+				due, ok = at, true
+			}
+		}
+	}
+	return due, ok
+}
+
+func (w *world) quiescent() error {
+	for _, name := range w.order {
+		if m := w.members.members[name]; !m.listed || len(m.pending) > 0 {
+			return fmt.Errorf("quiescent with member %s not caught up", name)
+		}
+	}
+	return nil
+}
+
+// enabled lists the steps that can be taken now.
+func (w *world) enabled() []step {
+	var out []step
+	if !w.hubListed {
+		out = append(out, step{"hub caches list", w.listHub})
+	}
+	for _, name := range w.order {
+		m := w.members.members[name]
+		if !m.listed && !w.now.Before(m.listAt) {
+			out = append(out, step{name + ": first sync", func() { m.list(); w.ctrl.ClusterSynced(m.name) }})
+		}
+		if !m.listed && !m.timedOut && !w.now.Before(simEpoch.Add(simSyncTimeout)) {
+			out = append(out, step{name + ": sync timeout", func() { m.timedOut = true; w.ctrl.ClusterSyncTimedOut(m.name) }})
+		}
+		if len(m.pending) > 0 {
+			out = append(out, step{name + ": member event", func() {
+				ev := m.pending[0]
+				m.pending = m.pending[1:]
+				m.deliver(ev, false)
+			}})
+		}
+	}
+	if !w.members.synced {
+		out = append(out, step{"registrations synced", func() { w.members.synced = true }})
+	}
+	if !w.started && w.hubListed && w.members.synced {
+		out = append(out, step{"controller starts", func() { w.started = true; w.ctrl.begin() }})
+	}
+	for _, r := range sortedResources(w.hubEvents) {
+		if len(w.hubEvents[r]) > 0 && w.hubListed {
+			out = append(out, step{"hub event " + r, func() { w.deliverHub(r) }})
+			if w.faults && w.breaks > 0 {
+				out = append(out, step{"hub watch breaks: " + r, func() {
+					w.breaks--
+					w.broken[r] = true
+					w.hubEvents[r] = nil
+				}})
+			}
+		}
+	}
+	for r := range w.broken {
+		if w.broken[r] {
+			out = append(out, step{"hub relist " + r, func() { w.relist(r) }})
+		}
+	}
+	if w.started && w.queue.Len() > 0 {
+		// Syncs are the bulk of the work: weigh them up.
+		sync := step{"sync", func() {
+			writes := w.srv.writes
+			w.ctrl.processNext(w.ctx)
+			if w.srv.writes != writes {
+				w.log("sync %s: %d writes", w.queue.last, w.srv.writes-writes)
+			}
+		}}
+		out = append(out, sync, sync, sync)
+	}
+	if len(w.script) > 0 {
+		out = append(out, step{"change: " + w.script[0].name, func() {
+			s := w.script[0]
+			w.script = w.script[1:]
+			s.do()
+		}})
+	} else if w.faults && w.rng.Intn(20) == 0 {
+		out = append(out, step{"faults end", func() { w.faults = false }})
+	}
+	if w.hubListed && w.srv.hasGarbage() {
+		out = append(out, step{"hub garbage collector", func() { w.srv.collectGarbage() }})
+	}
+	if len(out) > 0 {
+		// Time passes between any two steps; now and then long enough for
+		// the write overlay to expire.
+		out = append(out, step{"clock +50ms", func() { w.now = w.now.Add(50 * time.Millisecond) }})
+		if w.rng.Intn(10) == 0 {
+			out = append(out, step{"clock +61s", func() { w.now = w.now.Add(61 * time.Second) }})
+		}
+	}
+	return out
+}
+
+func sortedResources(m map[string][]hubEvent) []string {
+	out := make([]string, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// listHub fills the hub caches, as the informers' first list does.
+func (w *world) listHub() {
+	w.hubListed = true
+	w.hubEvents = map[string][]hubEvent{}
+	for _, r := range []string{resourceNamespace, resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport} {
+		for _, o := range w.srv.list(r) {
+			if watched(r, o) {
+				obj, _ := stripHubObject(o)
+				_ = w.indexer(r).Add(obj)
+				w.hubHandler(r).OnAdd(obj, true)
+			}
+		}
+	}
+}
+
+func (w *world) indexer(resource string) cache.Indexer {
+	switch resource {
+	case resourceService:
+		return w.ctrl.serviceInf.GetIndexer()
+	case resourceEndpoints:
+		return w.ctrl.endpointInf.GetIndexer()
+	case resourceEndpointSlice:
+		return w.ctrl.sliceInf.GetIndexer()
+	case resourceServiceImport:
+		return w.ctrl.importInf.GetIndexer()
+	}
+	return w.ctrl.nsInf.GetIndexer()
+}
+
+func (w *world) hubHandler(resource string) cache.ResourceEventHandler {
+	if resource == resourceNamespace {
+		return cache.ResourceEventHandlerFuncs{AddFunc: w.ctrl.namespaceAdded}
+	}
+	return w.ctrl.hubHandler(resource)
+}
+
+// deliverHub delivers the oldest pending event of one hub watch.
+func (w *world) deliverHub(resource string) {
+	ev := w.hubEvents[resource][0]
+	w.hubEvents[resource] = w.hubEvents[resource][1:]
+	obj, _ := stripHubObject(ev.obj)
+	idx, h := w.indexer(resource), w.hubHandler(resource)
+	key, _ := cache.MetaNamespaceKeyFunc(obj)
+	old, had, _ := idx.GetByKey(key)
+	switch {
+	case ev.gone:
+		_ = idx.Delete(obj)
+		h.OnDelete(obj)
+	case had:
+		_ = idx.Update(obj)
+		h.OnUpdate(old, obj)
+	default:
+		_ = idx.Add(obj)
+		h.OnAdd(obj, false)
+	}
+}
+
+// relist brings a hub cache whose watch broke in line with the server, as a
+// reflector's relist does: adds, updates, and deletions as tombstones.
+func (w *world) relist(resource string) {
+	w.broken[resource] = false
+	idx, h := w.indexer(resource), w.hubHandler(resource)
+	seen := map[string]bool{}
+	for _, o := range w.srv.list(resource) {
+		if !watched(resource, o) {
+			continue
+		}
+		obj, _ := stripHubObject(o)
+		key, _ := cache.MetaNamespaceKeyFunc(obj)
+		seen[key] = true
+		old, had, _ := idx.GetByKey(key)
+		if had {
+			om, _ := metaOf(old)
+			nm, _ := metaOf(obj)
+			_ = idx.Update(obj)
+			if om.GetResourceVersion() != nm.GetResourceVersion() {
+				h.OnUpdate(old, obj)
+			}
+			continue
+		}
+		_ = idx.Add(obj)
+		h.OnAdd(obj, false)
+	}
+	for _, key := range idx.ListKeys() {
+		if seen[key] {
+			continue
+		}
+		old, _, _ := idx.GetByKey(key)
+		_ = idx.Delete(old)
+		h.OnDelete(cache.DeletedFinalStateUnknown{Key: key, Obj: old})
+	}
+}

@@ -28,7 +28,7 @@ type simMember struct {
 	// pending holds the watch events of truth's changes not delivered yet.
 	pending          []memberEvent
 	listed, timedOut bool
-	listAt           time.Time // when its first list can complete
+	listAt           time.Time                     // when its first list can complete
 	handlers         [3]cache.ResourceEventHandler // services, slices, exports
 }
 

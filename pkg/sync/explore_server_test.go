@@ -43,7 +43,7 @@ type simServer struct {
 	writes int
 	// changes counts the writes that changed something.
 	changes int
-	logf   func(string, ...interface{})
+	logf    func(string, ...interface{})
 }
 
 // hubEvent is one watch event of a hub informer.

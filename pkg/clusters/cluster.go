@@ -12,14 +12,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
-	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
 )
@@ -45,18 +42,19 @@ type EventHandlers struct {
 }
 
 // Cluster is one connected member: its clients, informers and listers.
-// A Cluster is immutable once started; a kubeconfig change builds a new one.
+// Its clients and settings never change once started; a kubeconfig change
+// builds a new Cluster. Its informers may be replaced by a fresh set on the
+// same clients when the member answers again after an outage (see
+// runInformers); listers always read the current set.
 type Cluster struct {
-	name    string
-	hash    string
-	secret  string // namespace/name of the registering Secret
-	clients Clients
+	name     string
+	hash     string
+	secret   string // namespace/name of the registering Secret
+	clients  Clients
+	handlers EventHandlers
 
-	services     cache.SharedIndexInformer
-	slices       cache.SharedIndexInformer
-	exports      cache.SharedIndexInformer // nil unless watched
-	serviceList  corelisters.ServiceLister
-	exportLister mcslisters.ServiceExportLister
+	informers atomic.Pointer[informerSet] // the set the listers read
+	reconnect chan struct{}               // asks runInformers for a fresh set
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -73,37 +71,20 @@ type Cluster struct {
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
 	c := &Cluster{
-		name:     name,
-		hash:     hash,
-		secret:   secret,
-		clients:  clients,
-		stop:     make(chan struct{}),
-		probeNow: make(chan struct{}, 1),
+		name:      name,
+		hash:      hash,
+		secret:    secret,
+		clients:   clients,
+		handlers:  handlers,
+		reconnect: make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		probeNow:  make(chan struct{}, 1),
 	}
-	// No resync: the controller is level-triggered from events alone.
-	kf := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(stripMemberObject))
-	c.services = kf.Core().V1().Services().Informer()
-	c.serviceList = kf.Core().V1().Services().Lister()
-	c.slices = kf.Discovery().V1().EndpointSlices().Informer()
-	if err := c.slices.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
+	s, err := newInformerSet(clients, handlers)
+	if err != nil {
 		return nil, err
 	}
-	if clients.MCS != nil {
-		mf := mcsinformers.NewSharedInformerFactoryWithOptions(clients.MCS, 0, mcsinformers.WithTransform(stripMemberObject))
-		c.exports = mf.Multicluster().V1beta1().ServiceExports().Informer()
-		c.exportLister = mf.Multicluster().V1beta1().ServiceExports().Lister()
-	}
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{{c.services, handlers.Services}, {c.slices, handlers.EndpointSlices}, {c.exports, handlers.ServiceExports}} {
-		if h.inf == nil || h.h == nil {
-			continue
-		}
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return nil, fmt.Errorf("adding event handler: %w", err)
-		}
-	}
+	c.informers.Store(s)
 	return c, nil
 }
 
@@ -126,15 +107,16 @@ func (c *Cluster) HasSynced() bool { return c.synced.Load() }
 func (c *Cluster) SyncTimedOut() bool { return c.timedOut.Load() && !c.synced.Load() }
 
 // ServiceLister lists the member's Services.
-func (c *Cluster) ServiceLister() corelisters.ServiceLister { return c.serviceList }
+func (c *Cluster) ServiceLister() corelisters.ServiceLister { return c.informers.Load().serviceList }
 
 // ServiceExport returns the member's ServiceExport namespace/name, or nil when
 // there is none or ServiceExports are not watched.
 func (c *Cluster) ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport {
-	if c.exportLister == nil {
+	l := c.informers.Load().exportLister
+	if l == nil {
 		return nil
 	}
-	se, err := c.exportLister.ServiceExports(namespace).Get(name)
+	se, err := l.ServiceExports(namespace).Get(name)
 	if err != nil {
 		return nil
 	}
@@ -144,7 +126,7 @@ func (c *Cluster) ServiceExport(namespace, name string) *mcsv1beta1.ServiceExpor
 // EndpointSlices returns the member's EndpointSlices of service namespace/name.
 // The objects are shared with the cache: callers must not modify them.
 func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error) {
-	objs, err := c.slices.GetIndexer().ByIndex(sliceServiceIndex, namespace+"/"+service)
+	objs, err := c.informers.Load().slices.GetIndexer().ByIndex(sliceServiceIndex, namespace+"/"+service)
 	if err != nil {
 		return nil, err
 	}
@@ -159,40 +141,25 @@ func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.Endp
 
 // start runs the informers and waits, up to timeout, for them to sync. It
 // returns whether they synced; when they did not, the informers keep trying
-// and onSynced is called if they catch up later.
-func (c *Cluster) start(timeout time.Duration, onSynced func()) bool {
-	syncs := []cache.InformerSynced{c.services.HasSynced, c.slices.HasSynced}
-	go c.services.Run(c.stop)
-	go c.slices.Run(c.stop)
-	if c.exports != nil {
-		go c.exports.Run(c.stop)
-		syncs = append(syncs, c.exports.HasSynced)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if cache.WaitForCacheSync(c.stop, syncs...) {
-			c.synced.Store(true)
-			select {
-			case c.probeNow <- struct{}{}:
-			default:
-			}
-			onSynced()
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// and onSynced is called if they catch up later. onReconnected is called
+// each time a fresh informer set replaced a synced one (see runInformers).
+func (c *Cluster) start(timeout time.Duration, onSynced, onReconnected func()) bool {
+	firstSync := make(chan struct{})
+	go c.runInformers(firstSync, onSynced, onReconnected)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
-	case <-done:
+	case <-firstSync:
+		return true
+	case <-timer.C:
 		return c.synced.Load()
-	case <-ctx.Done():
-		return false
 	case <-c.stop:
 		return false
 	}
 }
 
-// shutdown stops the member's informers. It is safe to call more than once.
+// shutdown stops the member's informers and probe. It is safe to call more
+// than once.
 func (c *Cluster) shutdown() {
 	c.stopOnce.Do(func() { close(c.stop) })
 }

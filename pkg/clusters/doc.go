@@ -5,7 +5,10 @@
 // informer per member resource (Services, EndpointSlices and, in MCS mode,
 // ServiceExports), and swaps or stops them at runtime: a changed kubeconfig is
 // make-before-break, a deleted Secret withdraws the member. A member that never
-// answers blocks nobody: each has its own stop channel and sync timeout.
+// answers blocks nobody: each has its own stop channel and sync timeout. A
+// health probe runs per member from the start; when a member answers again
+// after it failed, its informers are restarted on the same clients at once
+// (make-before-break once synced) instead of waiting out client-go's backoff.
 //
 // The package knows nothing of the hub's outputs. It tells its user about
 // members through callbacks (see Handler) and exposes each member's listers.

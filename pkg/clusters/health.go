@@ -18,15 +18,22 @@ const (
 // probeLoop checks the member's API server every interval with a bounded
 // request, so a member that hangs (a partition, a frozen process) is noticed
 // even when it has no events to send, and a quiet member does not look dead.
-// Probing starts once the member has synced; onChange is called when health
-// flips, and when the first probe after syncing fails.
+// It probes from the start: a probe that succeeds after one failed asks for
+// fresh informers (see runInformers), before the first sync as after it.
+// Health is reported once the member has synced: onChange is called when
+// health flips, and when the first probe after syncing fails.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	known := false
+	known := false   // a result was recorded since the first sync
+	answered := true // the previous probe succeeded (or there was none)
 	for {
+		healthy := c.probe(timeout) == nil
+		if healthy && !answered {
+			c.askReconnect()
+		}
+		answered = healthy
 		if c.synced.Load() {
-			healthy := c.probe(timeout) == nil
 			now := time.Now()
 			if healthy {
 				c.lastHealthy.Store(now.UnixNano())

@@ -53,7 +53,8 @@ const (
 
 // Handler is told about members. EventHandlers is called before a member's
 // informers start; ClusterSynced once its caches are ready and it is the
-// member's active connection (also after a rotation); ClusterRemoved after the
+// member's active connection (also after a rotation, and after its informers
+// were restarted when it answered again after an outage); ClusterRemoved after the
 // member was unregistered and stopped. Callbacks must not block.
 type Handler interface {
 	EventHandlers(cluster string) (services, endpointSlices, serviceExports cache.ResourceEventHandler)
@@ -213,11 +214,18 @@ func (r *Registry) Run(ctx context.Context) {
 	klog.InfoS("Member registry started", "namespace", r.opts.Namespace, "members", len(r.Names()))
 	// One worker: Secret changes are rare and ordering them keeps name
 	// ownership simple. Member syncs run in their own goroutines.
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		for r.processNext() {
-		}
-	}, time.Second)
+	var worker sync.WaitGroup
+	worker.Go(func() {
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for r.processNext(ctx) {
+			}
+		}, time.Second)
+	})
 	<-ctx.Done()
+	// The worker may be adding a member: wait for it, so that every member
+	// it started is stopped below and none starts after.
+	r.queue.ShutDown()
+	worker.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range r.members {
@@ -269,12 +277,15 @@ func (r *Registry) Names() []string {
 	return out
 }
 
-func (r *Registry) processNext() bool {
+func (r *Registry) processNext(ctx context.Context) bool {
 	key, quit := r.queue.Get()
 	if quit {
 		return false
 	}
 	defer r.queue.Done(key)
+	if ctx.Err() != nil {
+		return false // shutting down: leave the rest of the queue
+	}
 	if err := r.syncSecret(key); err != nil {
 		utilruntime.HandleError(fmt.Errorf("syncing member Secret %s: %w", key, err))
 		r.queue.AddRateLimited(key)
@@ -414,9 +425,14 @@ func (r *Registry) addStatic(name string, cfg *rest.Config) error {
 func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	c.started = time.Now()
 	go c.probeLoop(r.opts.ProbeInterval, r.opts.ProbeTimeout, func(healthy bool) { r.onHealthChanged(c, ref, healthy) })
-	synced := c.start(r.opts.SyncTimeout, func() { r.onSynced(c, ref) })
+	synced := c.start(r.opts.SyncTimeout, func() { r.onSynced(c, ref) }, func() { r.onReconnected(c) })
 	if synced {
 		return
+	}
+	select {
+	case <-c.stop: // stopped before it synced, not timed out
+		return
+	default:
 	}
 	c.timedOut.Store(true)
 	r.mu.Lock()
@@ -466,6 +482,19 @@ func (r *Registry) onSynced(c *Cluster, ref *corev1.ObjectReference) {
 		klog.InfoS("Member synced", "cluster", c.name, "duration", time.Since(c.started))
 	}
 	r.handler.ClusterSynced(c.name)
+}
+
+// onReconnected tells the handler that fresh informers of the active
+// connection synced after an outage (see runInformers): like after a
+// rotation, every key of the member is synced again.
+func (r *Registry) onReconnected(c *Cluster) {
+	r.mu.RLock()
+	m := r.members[c.name]
+	active := m != nil && m.active == c
+	r.mu.RUnlock()
+	if active {
+		r.handler.ClusterSynced(c.name)
+	}
 }
 
 // ReasonUnreachable and ReasonReachable are Events on a member's Secret when

@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,9 +24,11 @@ const ns = "endpoint-aggregator"
 
 // recordingHandler records the registry's callbacks.
 type recordingHandler struct {
-	mu      stdsync.Mutex
-	synced  []string
-	removed []string
+	mu       stdsync.Mutex
+	synced   []string
+	removed  []string
+	timedOut []string
+	health   []string // "<cluster>=<healthy>"
 }
 
 func (h *recordingHandler) EventHandlers(string) (cache.ResourceEventHandler, cache.ResourceEventHandler, cache.ResourceEventHandler) {
@@ -36,8 +39,16 @@ func (h *recordingHandler) ClusterSynced(c string) {
 	defer h.mu.Unlock()
 	h.synced = append(h.synced, c)
 }
-func (h *recordingHandler) ClusterHealthChanged(string, bool) {}
-func (h *recordingHandler) ClusterSyncTimedOut(string)        {}
+func (h *recordingHandler) ClusterHealthChanged(c string, healthy bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.health = append(h.health, fmt.Sprintf("%s=%t", c, healthy))
+}
+func (h *recordingHandler) ClusterSyncTimedOut(c string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.timedOut = append(h.timedOut, c)
+}
 func (h *recordingHandler) ClusterRemoved(c string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -47,6 +58,14 @@ func (h *recordingHandler) snapshot() (synced, removed []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.synced...), append([]string(nil), h.removed...)
+}
+
+// calls returns the clusters of the ClusterSynced and ClusterSyncTimedOut
+// callbacks so far, and the ClusterHealthChanged ones as "<cluster>=<healthy>".
+func (h *recordingHandler) calls() (synced, timedOut, health []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.synced...), append([]string(nil), h.timedOut...), append([]string(nil), h.health...)
 }
 
 const tokenKubeconfig = `apiVersion: v1
@@ -87,16 +106,22 @@ func secret(name, cluster, kubeconfig string, age time.Duration) *corev1.Secret 
 // clientsets (their informers sync at once).
 func startRegistry(t *testing.T, objs ...runtime.Object) (*Registry, *kubefake.Clientset, *recordingHandler, *record.FakeRecorder) {
 	t.Helper()
-	hub := kubefake.NewClientset(objs...)
-	h := &recordingHandler{}
-	rec := record.NewFakeRecorder(100)
-	r := NewRegistry(hub, rec, h, Options{
-		Namespace:   ns,
+	return startRegistryWith(t, Options{
 		SyncTimeout: 5 * time.Second,
 		NewClients: func(*rest.Config) (Clients, error) {
 			return Clients{Kube: kubefake.NewClientset()}, nil
 		},
-	})
+	}, objs...)
+}
+
+// startRegistryWith is startRegistry with the given options (in namespace ns).
+func startRegistryWith(t *testing.T, opts Options, objs ...runtime.Object) (*Registry, *kubefake.Clientset, *recordingHandler, *record.FakeRecorder) {
+	t.Helper()
+	hub := kubefake.NewClientset(objs...)
+	h := &recordingHandler{}
+	rec := record.NewFakeRecorder(100)
+	opts.Namespace = ns
+	r := NewRegistry(hub, rec, h, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
@@ -183,6 +208,8 @@ func TestRegistryKeepsOldConnectionWhenRotatedToBrokenKubeconfig(t *testing.T) {
 	r, hub, _, rec := startRegistry(t, secret("east", "", tokenKubeconfig, time.Hour))
 	waitUntil(t, func() bool { c := r.Get("east"); return c != nil && c.HasSynced() })
 	before := r.Get("east")
+	// MemberConnected is recorded just after the member reports synced.
+	waitUntil(t, func() bool { return len(rec.Events) > 0 })
 	events(rec)
 
 	s, _ := hub.CoreV1().Secrets(ns).Get(context.Background(), "east", metav1.GetOptions{})

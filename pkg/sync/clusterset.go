@@ -20,11 +20,13 @@ const ReasonExportConflict = "ExportConflict"
 // syncClusterSet writes the objects merged across members for one service:
 // the ServiceImport and its derived Service. Nothing is written while a
 // registered member is still within its first sync: merging without it would
-// drop its ports and cluster entry for a moment on every restart. A member
-// past its sync timeout no longer holds the merge back; until it syncs, its
-// export as the hub last recorded it stands in for it.
+// drop its ports and cluster entry for a moment on every restart; the key
+// waits for the member to settle. A member past its sync timeout no longer
+// holds the merge back; until it syncs, its export as the hub last recorded
+// it stands in for it, and the key waits for its sync to merge it for real.
 func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if !c.members.SecretsSynced() {
+		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
 	var exports []endpoints.Export
@@ -37,7 +39,8 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		}
 		if !m.HasSynced() {
 			if !m.SyncTimedOut() {
-				return nil // ClusterSynced queues the key again
+				c.waitFor(key, waitMemberSettled(name), func() bool { return c.memberSettled(name) })
+				return nil
 			}
 			pending = append(pending, name)
 			continue
@@ -72,6 +75,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		return c.conflict(resourceService, liveSvc, key)
 	}
 
+	for _, name := range pending {
+		c.waitFor(key, waitMemberSynced(name), func() bool { return c.memberSynced(name) })
+	}
 	impOps, svcOps := c.importOps(), c.serviceOps()
 	if len(exports) == 0 {
 		if len(pending) > 0 {

@@ -118,6 +118,8 @@ type Controller struct {
 	lanes *lanes // the queue's order: live changes before bulk sweeps
 	// written holds our writes the hub caches have not seen yet.
 	written *written
+	// waits holds the keys whose last sync waits for a condition.
+	waits *waits
 
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})
@@ -185,6 +187,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 			}),
 		lanes:    lanes,
 		written:  newWritten(),
+		waits:    newWaits(),
 		started:  make(chan struct{}),
 		retrying: map[Key]struct{}{},
 
@@ -231,10 +234,8 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
 		return nil, err
 	}
-	c.written.requeue = func(obj interface{}) { c.enqueueHub(obj, false) }
-	for resource, inf := range map[string]cache.SharedIndexInformer{
-		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
-	} {
+	c.written.requeue = func(k Key) { c.add(k, false) }
+	for resource, inf := range c.hubInformers() {
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
 		}
@@ -243,6 +244,13 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		return nil, err
 	}
 	return c, nil
+}
+
+// hubInformers are the caches of our hub objects, by resource.
+func (c *Controller) hubInformers() map[string]cache.SharedIndexInformer {
+	return map[string]cache.SharedIndexInformer{
+		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
+	}
 }
 
 // HasStarted reports whether Run got past startup and runs workers.
@@ -292,6 +300,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer wg.Done()
 		c.runMemberLeases(ctx)
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(context.Context) { c.written.expire() }, writtenTTL/4)
+	}()
 	for i := 0; i < c.opts.Workers; i++ {
 		wg.Add(1)
 		go func() {
@@ -311,6 +324,7 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) begin() {
 	c.enqueueHubObjects(labels.Everything())
 	c.startedOnce.Do(func() { close(c.started) })
+	c.wake(waitRegistrations(), true)
 }
 
 func (c *Controller) worker(ctx context.Context) {

@@ -485,6 +485,7 @@ func (w *world) run(limit int) error {
 				return w.quiescent()
 			}
 			w.now = due
+			w.ctrl.written.expire()
 			continue
 		}
 		s := steps[w.rng.Intn(len(steps))]
@@ -507,6 +508,11 @@ func (w *world) run(limit int) error {
 // first sync or sync timeout.
 func (w *world) nextDue() (time.Time, bool) {
 	due, ok := w.queue.nextDue()
+	for _, o := range w.ctrl.written.overlay {
+		if at := o.at.Add(writtenTTL + time.Millisecond); !ok || at.Before(due) {
+			due, ok = at, true
+		}
+	}
 	for _, name := range w.order {
 		m := w.members.members[name]
 		if m.listed {
@@ -601,9 +607,9 @@ func (w *world) enabled() []step {
 	if len(out) > 0 {
 		// Time passes between any two steps; now and then long enough for
 		// the write overlay to expire.
-		out = append(out, step{"clock +50ms", func() { w.now = w.now.Add(50 * time.Millisecond) }})
+		out = append(out, step{"clock +50ms", func() { w.now = w.now.Add(50 * time.Millisecond); w.ctrl.written.expire() }})
 		if w.rng.Intn(10) == 0 {
-			out = append(out, step{"clock +61s", func() { w.now = w.now.Add(61 * time.Second) }})
+			out = append(out, step{"clock +61s", func() { w.now = w.now.Add(61 * time.Second); w.ctrl.written.expire() }})
 		}
 	}
 	return out

@@ -80,6 +80,8 @@ func (c *Controller) ClusterSynced(cluster string) {
 	// Merged imports wait for members in their first sync; one may list
 	// this member although nothing else in the hub remembers it.
 	c.enqueueImportsOf(cluster)
+	c.wake(waitMemberSynced(cluster), true)
+	c.wake(waitMemberSettled(cluster), true)
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
 
@@ -108,6 +110,8 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
 	c.enqueueImportsOf(cluster)
+	c.wake(waitMemberSynced(cluster), true)
+	c.wake(waitMemberSettled(cluster), true)
 }
 
 // enqueueImportsOf queues the clusterset key of every cached ServiceImport
@@ -146,10 +150,10 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 
 // enqueueHubObjects queues the owner of every cached hub object.
 func (c *Controller) enqueueHubObjects(sel labels.Selector) {
-	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf, c.importInf} {
+	for resource, inf := range c.hubInformers() {
 		for _, o := range inf.GetStore().List() {
 			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
-				c.enqueueHub(o, true)
+				c.enqueueHub(resource, o, true)
 			}
 		}
 	}
@@ -161,56 +165,29 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 	return changeHandler(func(obj interface{}, initialList, gone bool) {
 		if !c.written.seen(resource, obj, gone) {
-			c.enqueueHub(obj, initialList)
+			c.enqueueHub(resource, obj, initialList)
 		}
 	})
 }
 
-// enqueueHub queues the key that owns one of our hub objects, so that a
-// change made by someone else is undone and a deleted object comes back.
-// The echoes of our own writes never get here (written.seen), so a change
-// is live; sweeps and the initial list are bulk.
-func (c *Controller) enqueueHub(obj interface{}, bulk bool) {
+// enqueueHub queues the key that owns one of our hub objects of resource,
+// so that a change made by someone else is undone and a deleted object
+// comes back. The echoes of our own writes never get here (written.seen),
+// so a change is live; sweeps and the initial list are bulk.
+func (c *Controller) enqueueHub(resource string, obj interface{}, bulk bool) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return
 	}
-	if k, ok := hubKey(m); ok {
-		// Per-cluster objects never feed the merged ones: their own key
-		// is enough.
+	if k, ok := ownerOf(resource, m); ok {
 		c.add(k, bulk)
-		return
-	}
-	if isServiceImport(obj) {
-		c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, bulk)
 	}
 }
 
-// namespaceAdded retries the services of a namespace that appeared in the hub.
+// namespaceAdded wakes the keys that waited for a hub namespace.
 func (c *Controller) namespaceAdded(obj interface{}) {
-	ns, ok := obj.(*corev1.Namespace)
-	if !ok {
-		return
-	}
-	select {
-	case <-c.started:
-	default:
-		return // startup queues everything anyway
-	}
-	for _, name := range c.members.Names() {
-		m := c.members.Member(name)
-		if m == nil || !m.HasSynced() {
-			continue
-		}
-		svcs, err := m.ServiceLister().Services(ns.Name).List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		for _, s := range svcs {
-			k := Key{Cluster: name, Namespace: s.Namespace, Name: s.Name}
-			c.add(k, true)
-			c.add(k.ClusterSet(), true)
-		}
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		c.wake(waitNamespace(ns.Name), false)
 	}
 }
 
@@ -262,4 +239,20 @@ func metaOf(obj interface{}) (metav1.Object, error) {
 
 // ClusterSyncTimedOut wakes the keys that waited for a member's first sync:
 // past its timeout the member no longer holds the merged imports back.
-func (c *Controller) ClusterSyncTimedOut(cluster string) {}
+func (c *Controller) ClusterSyncTimedOut(cluster string) {
+	c.wake(waitMemberSettled(cluster), true)
+}
+
+// memberSynced reports whether a member has synced; a member no longer
+// registered counts as synced, so what waited for it withdraws its objects.
+func (c *Controller) memberSynced(cluster string) bool {
+	m := c.members.Member(cluster)
+	return m == nil || m.HasSynced()
+}
+
+// memberSettled reports whether a member has synced or missed its sync
+// timeout (or is no longer registered).
+func (c *Controller) memberSettled(cluster string) bool {
+	m := c.members.Member(cluster)
+	return m == nil || m.HasSynced() || m.SyncTimedOut()
+}

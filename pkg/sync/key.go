@@ -28,6 +28,17 @@ func (k Key) String() string {
 	return k.Cluster + "/" + k.Namespace + "/" + k.Name
 }
 
+// ownerOf maps one of our hub objects of resource to the key that owns it:
+// per-cluster objects and MCS slices to their member service's key, the
+// derived Service and the ServiceImport to the clusterset key. ok is false
+// for objects no key owns.
+func ownerOf(resource string, obj v1.Object) (Key, bool) {
+	if resource == resourceServiceImport {
+		return Key{Namespace: obj.GetNamespace(), Name: obj.GetName()}, true
+	}
+	return hubKey(obj)
+}
+
 // hubKey maps one of our hub objects to the key that owns it. ok is false for
 // objects no key owns (not ours, or missing labels).
 func hubKey(obj v1.Object) (Key, bool) {

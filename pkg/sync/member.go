@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -21,9 +22,12 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	m := c.members.Member(key.Cluster)
 	switch {
 	case m != nil && !m.HasSynced():
-		return nil // ClusterSynced queues the key again
+		c.waitFor(key, waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
+		return nil
 	case m == nil && !c.members.SecretsSynced():
-		return nil // the member may yet be registered
+		// The member may yet be registered.
+		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
+		return nil
 	}
 
 	var src *endpoints.Source
@@ -119,6 +123,14 @@ func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints
 	switch {
 	case liveSvc == nil:
 		if _, err := create(ctx, c, svcOps, key, wantSvc); err != nil {
+			var cf *conflictError
+			if errors.As(err, &cf) && liveEps != nil {
+				// Someone else's Service holds the name: Endpoints of ours
+				// under it would feed that Service.
+				if rerr := remove(ctx, c, epsOps, liveEps.Meta()); rerr != nil {
+					return rerr
+				}
+			}
 			return err
 		}
 	case endpoints.ServiceNeedsRecreate(wantSvc, liveSvc):
@@ -233,9 +245,10 @@ func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
 
 // ensureNamespace reports whether the hub has the key's namespace, creating
 // it when --create-namespaces is set. A missing namespace is not an error to
-// retry: the key is queued again when the namespace appears.
+// retry: the key waits for the namespace to appear.
 func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error) {
-	if _, err := c.namespaces.Get(key.Namespace); err == nil {
+	exists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
+	if exists() {
 		return true, nil
 	}
 	ref := &corev1.ObjectReference{Kind: "Namespace", APIVersion: "v1", Name: key.Namespace}
@@ -244,6 +257,7 @@ func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error)
 		c.recorder.Eventf(ref, corev1.EventTypeWarning, "NamespaceMissing",
 			"hub has no namespace %q for %s; skipped (start the daemon with --create-namespaces to create it)", key.Namespace, key)
 		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
+		c.waitFor(key, waitNamespace(key.Namespace), exists)
 		return false, nil
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}

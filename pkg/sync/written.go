@@ -5,87 +5,140 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // writtenTTL bounds how long a write is trusted over the cache. Its watch
 // event normally arrives within milliseconds; one that never comes (the
-// cache relisted past it) must not shadow the cache for long.
+// cache relisted past it) must not shadow the cache for long. An entry that
+// expires queues its owner, which then reads the cache.
 const writtenTTL = time.Minute
 
-// written remembers the hub objects this controller wrote until the hub
-// caches have seen them, so that a sync right after a write reads what it
-// wrote instead of the lagging cache and does not send an update bound to
-// fail with a conflict (or a create bound to find the name taken).
+// written tracks this controller's hub writes until the hub caches have
+// seen them. It does two separate jobs:
 //
-// Entries are dropped when the cache catches up (an event carrying the
-// written resourceVersion, or the delete event of a deleted object), when a
-// write fails on a conflict (someone else wrote: the cache will tell), and
-// after writtenTTL.
+//   - echo detection: the watch event a write causes is not a change to
+//     react to (seen reports it). A write's expected echo is its returned
+//     resourceVersion, or for a delete the deleted object's UID. Events that
+//     arrive while the write is in flight are held and judged when it ends.
+//   - read-your-writes: until its echo, a sync reads what it wrote instead
+//     of the lagging cache (get, sourceSlices), so it does not send an
+//     update bound to fail with a conflict or a create bound to find the
+//     name taken.
+//
+// Both are dropped for an object when its echo is seen, when a write of it
+// fails on a conflict (someone else wrote: the cache will tell), and after
+// writtenTTL (expire), which queues the object's owner.
 type written struct {
-	mu   stdsync.Mutex
-	objs map[objectRef]writtenObject
-	// sources indexes the slices among objs by sourceKey.
-	sources map[string]sets.Set[objectRef]
+	mu      stdsync.Mutex
 	now     func() time.Time
-	swept   time.Time // last sweepLocked
+	echoes  map[objectRef]echo
+	overlay map[objectRef]overlayEntry
+	// sources indexes the slices in overlay by sourceKey.
+	sources map[string]sets.Set[objectRef]
 	// inflight holds, for each object being written, the events its cache
-	// delivered meanwhile (resourceVersions, "" for a delete): most are the
-	// echo of that write, racing its response; end sorts them out.
-	inflight map[objectRef][]string
-	// requeue queues the owner of an object (enqueueHub).
-	requeue func(obj interface{})
+	// delivered meanwhile: most are the echo of that write, racing its
+	// response; end sorts them out.
+	inflight map[objectRef][]echo
+	// requeue queues the owner of an object.
+	requeue func(Key)
 }
 
 type objectRef struct{ resource, namespace, name string }
 
-type writtenObject struct {
+// echo identifies one watch event of an object: its resourceVersion, or for
+// a deletion the deleted object's UID.
+type echo struct {
+	gone bool
+	rv   string
+	uid  types.UID
+}
+
+func (e echo) matches(ev echo) bool {
+	if e.gone != ev.gone {
+		return false
+	}
+	if e.gone {
+		return e.uid == "" || ev.uid == "" || e.uid == ev.uid
+	}
+	return e.rv == ev.rv
+}
+
+type overlayEntry struct {
 	obj    hubObject // nil: deleted
-	source string    // slices: sourceKey
+	owner  Key
+	source string // slices: sourceKey
 	at     time.Time
 }
 
 func newWritten() *written {
-	return &written{objs: map[objectRef]writtenObject{}, sources: map[string]sets.Set[objectRef]{}, inflight: map[objectRef][]string{},
-		now: time.Now, requeue: func(interface{}) {}}
+	return &written{echoes: map[objectRef]echo{}, overlay: map[objectRef]overlayEntry{}, sources: map[string]sets.Set[objectRef]{},
+		inflight: map[objectRef][]echo{}, now: time.Now, requeue: func(Key) {}}
 }
 
 func refOf(resource string, obj hubObject) objectRef {
 	return objectRef{resource, obj.GetNamespace(), obj.GetName()}
 }
 
-// wrote records an object as the API server returned it from a write, in
-// the form the hub caches hold (stripHubObject, which may share obj's
-// metadata: obj must not be modified afterwards).
-func (w *written) wrote(resource string, obj hubObject) {
+// begin says a write of obj is being sent; end must follow.
+func (w *written) begin(resource string, obj hubObject) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.putLocked(refOf(resource, obj), wroteEntry(resource, obj))
+	w.inflight[refOf(resource, obj)] = []echo{}
 }
 
-// deleted records that we deleted an object.
-func (w *written) deleted(resource string, obj hubObject) {
+// end says the write of obj begun is done: out is what the API server
+// returned (nil after a delete or a failure), deleted whether it was a
+// successful delete. A successful write is tracked unless its echo came
+// while it was in flight (the cache has it already). Held events that were
+// not its echo queue obj's owner, as seen would have.
+func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.putLocked(refOf(resource, obj), writtenObject{source: sliceSource(resource, obj)})
+	ref := refOf(resource, obj)
+	held := w.inflight[ref]
+	delete(w.inflight, ref)
+	var want echo
+	switch {
+	case out != nil:
+		want = echo{rv: out.GetResourceVersion()}
+	case deleted:
+		want = echo{gone: true, uid: obj.GetUID()}
+	}
+	echoed, foreign := false, false
+	for _, ev := range held {
+		if (out != nil || deleted) && want.matches(ev) {
+			echoed = true
+		} else {
+			foreign = true
+		}
+	}
+	owner, owned := ownerOf(resource, obj)
+	switch {
+	case echoed:
+		w.dropLocked(ref)
+	case out != nil:
+		cached, _ := stripHubObject(out)
+		w.putLocked(ref, want, overlayEntry{obj: cached.(hubObject), owner: owner, source: sliceSource(resource, obj)})
+	case deleted:
+		w.putLocked(ref, want, overlayEntry{owner: owner, source: sliceSource(resource, obj)})
+	}
+	w.mu.Unlock()
+	if foreign && owned {
+		w.requeue(owner)
+	}
 }
 
-func wroteEntry(resource string, obj hubObject) writtenObject {
-	cached, _ := stripHubObject(obj)
-	return writtenObject{obj: cached.(hubObject), source: sliceSource(resource, obj)}
-}
-
-func (w *written) putLocked(ref objectRef, o writtenObject) {
+func (w *written) putLocked(ref objectRef, e echo, o overlayEntry) {
 	w.dropLocked(ref)
 	o.at = w.now()
-	w.sweepLocked(o.at)
-	w.objs[ref] = o
+	w.echoes[ref] = e
+	w.overlay[ref] = o
 	if o.source != "" {
 		if w.sources[o.source] == nil {
 			w.sources[o.source] = sets.New[objectRef]()
@@ -94,16 +147,17 @@ func (w *written) putLocked(ref objectRef, o writtenObject) {
 	}
 }
 
-// sweepLocked drops expired entries, at most once per writtenTTL, so writes
-// whose echo never came and that are never read again do not pile up.
-func (w *written) sweepLocked(now time.Time) {
-	if now.Sub(w.swept) < writtenTTL {
+func (w *written) dropLocked(ref objectRef) {
+	delete(w.echoes, ref)
+	o, ok := w.overlay[ref]
+	if !ok {
 		return
 	}
-	w.swept = now
-	for ref, o := range w.objs {
-		if now.Sub(o.at) > writtenTTL {
-			w.dropLocked(ref)
+	delete(w.overlay, ref)
+	if s := w.sources[o.source]; s != nil {
+		s.Delete(ref)
+		if s.Len() == 0 {
+			delete(w.sources, o.source)
 		}
 	}
 }
@@ -115,18 +169,29 @@ func (w *written) forget(resource, namespace, name string) {
 	w.dropLocked(objectRef{resource, namespace, name})
 }
 
-func (w *written) dropLocked(ref objectRef) {
-	o, ok := w.objs[ref]
-	if !ok {
-		return
-	}
-	delete(w.objs, ref)
-	if s := w.sources[o.source]; s != nil {
-		s.Delete(ref)
-		if s.Len() == 0 {
-			delete(w.sources, o.source)
+// expire drops the writes whose echo did not come within writtenTTL and
+// queues their owners: what the cache shows of them is what counts now.
+func (w *written) expire() {
+	w.mu.Lock()
+	now := w.now()
+	var owners []Key
+	for ref, o := range w.overlay {
+		if now.Sub(o.at) > writtenTTL {
+			w.dropLocked(ref)
+			owners = append(owners, o.owner)
 		}
 	}
+	w.mu.Unlock()
+	for _, k := range owners {
+		w.requeue(k)
+	}
+}
+
+// len is the number of tracked writes.
+func (w *written) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.overlay)
 }
 
 // get returns what we last wrote of an object, if the cache has not seen it
@@ -137,13 +202,10 @@ func (w *written) get(resource, namespace, name string) (hubObject, bool) {
 	return w.getLocked(objectRef{resource, namespace, name})
 }
 
+// getLocked ignores an expired entry; expire drops it and queues its owner.
 func (w *written) getLocked(ref objectRef) (hubObject, bool) {
-	o, ok := w.objs[ref]
-	if !ok {
-		return nil, false
-	}
-	if w.now().Sub(o.at) > writtenTTL {
-		w.dropLocked(ref)
+	o, ok := w.overlay[ref]
+	if !ok || w.now().Sub(o.at) > writtenTTL {
 		return nil, false
 	}
 	return o.obj, true
@@ -163,45 +225,6 @@ func (w *written) sourceSlices(source string) map[string]hubObject {
 	return out
 }
 
-// begin says a write of obj is being sent; end must follow.
-func (w *written) begin(resource string, obj hubObject) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.inflight[refOf(resource, obj)] = []string{}
-}
-
-// end says the write of obj begun is done: out is what the API server
-// returned (nil after a delete or a failure), deleted whether it was a
-// successful delete. A successful write is recorded unless its echo came
-// while it was in flight (the cache has it already). Held events that were
-// not its echo queue obj's owner, as seen would have.
-func (w *written) end(resource string, obj, out hubObject, deleted bool) {
-	w.mu.Lock()
-	ref := refOf(resource, obj)
-	held := w.inflight[ref]
-	delete(w.inflight, ref)
-	echoed, foreign := false, false
-	for _, rv := range held {
-		if (deleted && rv == "") || (out != nil && rv == out.GetResourceVersion()) {
-			echoed = true
-		} else {
-			foreign = true
-		}
-	}
-	switch {
-	case echoed:
-		w.dropLocked(ref)
-	case out != nil:
-		w.putLocked(ref, wroteEntry(resource, out))
-	case deleted:
-		w.putLocked(ref, writtenObject{source: sliceSource(resource, obj)})
-	}
-	w.mu.Unlock()
-	if foreign {
-		w.requeue(obj)
-	}
-}
-
 // seen tells w what a hub cache has just seen of an object (gone: its
 // deletion) and reports whether that was the echo of our own last write of
 // it, which needs no sync. While a write of the object is in flight, the
@@ -211,26 +234,23 @@ func (w *written) seen(resource string, obj interface{}, gone bool) bool {
 	if err != nil {
 		return false
 	}
+	ev := echo{gone: gone, rv: m.GetResourceVersion(), uid: m.GetUID()}
+	if gone {
+		ev.rv = ""
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ref := objectRef{resource, m.GetNamespace(), m.GetName()}
 	if held, ok := w.inflight[ref]; ok {
-		rv := m.GetResourceVersion()
-		if gone {
-			rv = ""
-		}
-		w.inflight[ref] = append(held, rv)
+		w.inflight[ref] = append(held, ev)
 		return true
 	}
-	o, ok := w.objs[ref]
-	if !ok {
+	want, ok := w.echoes[ref]
+	if !ok || !want.matches(ev) {
 		return false
 	}
-	echo := (o.obj == nil && gone) || (o.obj != nil && !gone && o.obj.GetResourceVersion() == m.GetResourceVersion())
-	if echo {
-		w.dropLocked(ref)
-	}
-	return echo
+	w.dropLocked(ref)
+	return true
 }
 
 // sliceSource is the source key of one of our slices, "" for other kinds.

@@ -77,19 +77,33 @@ func TestSyncReadsItsOwnWritesBeforeTheCacheSeesThem(t *testing.T) {
 	step("gone again", cartC1, nil)
 }
 
+// wrote and deleted record a write that returned without racing events.
+func wrote(w *written, resource string, obj hubObject) {
+	w.begin(resource, obj)
+	w.end(resource, obj, obj, false)
+}
+
+func deleted(w *written, resource string, obj hubObject) {
+	w.begin(resource, obj)
+	w.end(resource, obj, nil, true)
+}
+
 func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 	w := newWritten()
 	now := time.Unix(0, 0)
 	w.now = func() time.Time { return now }
+	var requeued []Key
+	w.requeue = func(k Key) { requeued = append(requeued, k) }
 	svc := func(rv string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv, UID: "u1",
+			Labels: map[string]string{endpoints.LabelSourceCluster: "c1", endpoints.LabelServiceName: "cart"}}}
 	}
 	tracked := func() bool {
 		_, ok := w.get(resourceService, "shop", "cart-c1")
 		return ok
 	}
 
-	w.wrote(resourceService, svc("2"))
+	wrote(w, resourceService, svc("2"))
 	if w.seen(resourceService, svc("1"), false) || !tracked() {
 		t.Fatal("an event older than the write was taken for its echo")
 	}
@@ -100,25 +114,33 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 		t.Fatal("someone else's later write was taken for our echo")
 	}
 
-	w.deleted(resourceService, svc("2"))
+	deleted(w, resourceService, svc("2"))
 	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o != nil {
 		t.Fatalf("a deleted object reads as %v, %v", o, ok)
+	}
+	other := svc("2")
+	other.UID = "u2"
+	if w.seen(resourceService, other, true) {
+		t.Fatal("the deletion of another object of that name was taken for the echo of ours")
 	}
 	if !w.seen(resourceService, svc("2"), true) || tracked() {
 		t.Fatal("the echo of the delete was not recognised")
 	}
 
-	w.wrote(resourceService, svc("3"))
+	wrote(w, resourceService, svc("3"))
+	w.expire()
+	if !tracked() || len(requeued) != 0 {
+		t.Fatalf("a fresh write expired (requeued %v)", requeued)
+	}
 	now = now.Add(writtenTTL + time.Second)
 	if tracked() {
 		t.Fatal("a write whose event never came is trusted past the TTL")
 	}
-	// Expired entries nobody reads again are swept by later writes.
-	w.wrote(resourceService, svc("4"))
-	now = now.Add(writtenTTL + time.Second)
-	w.wrote(resourceService, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other", ResourceVersion: "5"}})
-	if n := len(w.objs); n != 1 {
-		t.Fatalf("%d entries after a sweep, want 1", n)
+	// The expiry queues the owner: the cache may hold a change we never
+	// saw an event for.
+	w.expire()
+	if want := []Key{cartC1}; !reflect.DeepEqual(requeued, want) || w.len() != 0 {
+		t.Fatalf("expiry queued %v and left %d entries, want %v and none", requeued, w.len(), want)
 	}
 }
 
@@ -127,13 +149,11 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 // the owner.
 func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 	w := newWritten()
-	var requeued []string
-	w.requeue = func(obj interface{}) {
-		m, _ := metaOf(obj)
-		requeued = append(requeued, m.GetResourceVersion())
-	}
+	var requeued []Key
+	w.requeue = func(k Key) { requeued = append(requeued, k) }
 	svc := func(rv string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv,
+			Labels: map[string]string{endpoints.LabelSourceCluster: "c1", endpoints.LabelServiceName: "cart"}}}
 	}
 	w.begin(resourceService, svc("4"))
 	if !w.seen(resourceService, svc("5"), false) {

@@ -96,7 +96,8 @@ type Options struct {
 	// WarningHandler handles API warnings of member clients.
 	WarningHandler rest.WarningHandler
 	// ProbeInterval and ProbeTimeout pace the health probe of each member
-	// (defaults 5s and 5s): an unreachable member is noticed within their sum.
+	// (DefaultProbeInterval, DefaultProbeTimeout): an unreachable member is
+	// noticed within their sum.
 	ProbeInterval, ProbeTimeout time.Duration
 	// Static members are registered without a Secret, e.g. the hub itself
 	// with --hub-is-member. A Secret cannot claim their names.
@@ -132,13 +133,13 @@ type Registry struct {
 // NewRegistry returns a Registry watching registration Secrets through hub.
 func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handler Handler, opts Options) *Registry {
 	if opts.SyncTimeout <= 0 {
-		opts.SyncTimeout = 30 * time.Second
+		opts.SyncTimeout = DefaultSyncTimeout
 	}
 	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = 5 * time.Second
+		opts.ProbeInterval = DefaultProbeInterval
 	}
 	if opts.ProbeTimeout <= 0 {
-		opts.ProbeTimeout = 5 * time.Second
+		opts.ProbeTimeout = DefaultProbeTimeout
 	}
 	if opts.NewClients == nil {
 		opts.NewClients = defaultClients(opts.WatchServiceExports)
@@ -146,7 +147,7 @@ func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handle
 	f := informers.NewSharedInformerFactoryWithOptions(hub, 0,
 		informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.Set{LabelMemberCluster: "true"}.String()
+			lo.LabelSelector = labels.Set{LabelMemberCluster: MemberClusterValue}.String()
 		}))
 	r := &Registry{
 		opts:           opts,

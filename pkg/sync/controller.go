@@ -154,7 +154,7 @@ type Controller struct {
 // New builds a controller writing to the hub through hub and hubMCS.
 func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Members, opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
-		opts.Workers = 4
+		opts.Workers = DefaultWorkers
 	}
 	if opts.PerClusterServices == "" {
 		opts.PerClusterServices = endpoints.PerClusterMirror

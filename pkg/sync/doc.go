@@ -8,4 +8,35 @@
 // the desired objects with package endpoints, compare them with the hub's
 // caches and write only what differs. Nothing is periodic: every sync is
 // computed from caches, so running it again writes nothing.
+//
+// # Convergence: no deferral without a wake-up
+//
+// The controller is level-triggered: whatever order events, member syncs,
+// echoes of our writes and failures arrive in, the hub ends up equal to what
+// the members say. That holds only if every key whose sync did not finish is
+// synced again once it can. Hence the rule:
+//
+//   - A sync that fails returns its error; the queue retries the key with
+//     backoff. A name held by someone else's object is retried slowly.
+//   - A sync that returns without finishing because a precondition does not
+//     hold records its key against that precondition (Controller.waitFor)
+//     and returns nil. The transition that makes the precondition hold wakes
+//     exactly the keys recorded against it (Controller.wake). The
+//     preconditions and their transitions are:
+//     a member's first sync (ClusterSynced), a member settled, i.e. synced or
+//     past its sync timeout (ClusterSynced, ClusterSyncTimedOut), the member
+//     registrations known (startup), a hub namespace (its add event). A
+//     member that is removed wakes what waited for it.
+//   - waitFor checks the precondition again after recording, so a transition
+//     that races the sync is never missed.
+//   - A write that the hub cache has not shown yet is read back from the
+//     write tracker (read-your-writes); when its echo does not come within
+//     writtenTTL the entry expires and queues its owner.
+//   - A sync that finds the hub cache behind the API server returns
+//     errStaleCache: the watch event that brings the cache up to date queues
+//     the key, and a delayed retry stands in should that event never come.
+//
+// A sync never defers on the hope that some unrelated event will wake it.
+// TestExploreOrders checks the rule by exploring orders with a seeded
+// scheduler; a failing seed replays with -seed.
 package sync

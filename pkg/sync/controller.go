@@ -120,6 +120,8 @@ type Controller struct {
 	written *written
 	// waits holds the keys whose last sync waits for a condition.
 	waits *waits
+	// taken holds the names objects not ours were found to hold.
+	taken taken
 
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})

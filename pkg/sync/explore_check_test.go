@@ -203,7 +203,7 @@ func (w *world) check() error {
 			return fmt.Errorf("hub has ServiceImport %s, which nothing exports", k)
 		}
 		exp := wi.imp.DeepCopy()
-		exp.Spec.IPs = importIPs(exp, derived[k])
+		exp.Spec.IPs = endpoints.ImportIPs(exp, derived[k])
 		if derived[k] == nil {
 			return fmt.Errorf("ServiceImport %s has no derived Service", k)
 		}

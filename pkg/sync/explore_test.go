@@ -423,7 +423,7 @@ func (w *world) seedHub(earlier map[string]*simMember) {
 	for _, imp := range want.imports {
 		stored := w.srv.seed(resourceServiceImport, imp.imp).(*mcsv1beta1.ServiceImport)
 		svc := endpoints.DerivedService(imp.imp)
-		svc.OwnerReferences = []metav1.OwnerReference{importOwner(stored)}
+		svc.OwnerReferences = []metav1.OwnerReference{endpoints.ImportOwner(stored)}
 		if imp.imp.Spec.Type != mcsv1beta1.Headless {
 			w.srv.nextIP++
 			svc.Spec.ClusterIP = fmt.Sprintf("10.96.200.%d", w.srv.nextIP%250+1)

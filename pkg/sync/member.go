@@ -55,12 +55,25 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 		}
 	}
 
-	// MCS slices first: they are what the data plane and DNS read.
-	var errs *multierror.Error
-	errs = multierror.Append(errs, c.syncSlices(ctx, key, src))
-	errs = multierror.Append(errs, c.syncPerCluster(ctx, key, src))
-	if err := errs.ErrorOrNil(); err != nil {
+	view, err := c.readMember(ctx, key)
+	if err != nil {
 		return err
+	}
+	plan := endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)
+	err = c.applyMember(ctx, key, plan)
+	var cf *conflictError
+	if errors.As(err, &cf) && plan.Endpoints.Delete == nil && c.taken.has(objectRef{resourceService, key.Namespace, cf.name}) {
+		// The create found the per-cluster name taken: withdraw what we
+		// hold under it now rather than when the conflict is retried.
+		if view, rerr := c.readMember(ctx, key); rerr == nil {
+			err = multierror.Append(err, c.applyMember(ctx, key, endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if src != nil && !plan.Slices.Empty() {
+		c.observePropagation(src.Slices)
 	}
 	c.recordEndpoints(key, countEndpoints(src))
 	return nil
@@ -80,122 +93,6 @@ func countEndpoints(src *endpoints.Source) int {
 	return n
 }
 
-// syncPerCluster writes the `<service>-<cluster>` Service and Endpoints.
-func (c *Controller) syncPerCluster(ctx context.Context, key Key, src *endpoints.Source) error {
-	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
-	var wantSvc *corev1.Service
-	var wantEps *corev1.Endpoints
-	if src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
-		wantSvc = endpoints.PerClusterService(*src, c.opts.PerClusterServices)
-		wantEps = endpoints.PerClusterEndpoints(*src)
-	}
-
-	liveSvc, err := c.liveService(key.Namespace, name)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if liveSvc != nil && !ownedBy(liveSvc, key) {
-		// Ours, but written for another source whose name collides.
-		return c.conflict(resourceService, liveSvc, key)
-	}
-	liveEps, err := c.liveEndpoints(key.Namespace, name)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if liveEps != nil && !ownedBy(liveEps, key) {
-		return c.conflict(resourceEndpoints, liveEps.Meta(), key)
-	}
-
-	svcOps, epsOps := c.serviceOps(), c.endpointsOps()
-	if wantSvc == nil {
-		// Withdraw Endpoints first so nothing routes to a half-removed pair.
-		if liveEps != nil {
-			if err := remove(ctx, c, epsOps, liveEps.Meta()); err != nil {
-				return err
-			}
-		}
-		if liveSvc != nil {
-			return remove(ctx, c, svcOps, liveSvc)
-		}
-		return nil
-	}
-
-	switch {
-	case liveSvc == nil:
-		if _, err := create(ctx, c, svcOps, key, wantSvc); err != nil {
-			var cf *conflictError
-			if errors.As(err, &cf) && liveEps != nil {
-				// Someone else's Service holds the name: Endpoints of ours
-				// under it would feed that Service.
-				if rerr := remove(ctx, c, epsOps, liveEps.Meta()); rerr != nil {
-					return rerr
-				}
-			}
-			return err
-		}
-	case endpoints.ServiceNeedsRecreate(wantSvc, liveSvc):
-		// ClusterIP is immutable: headless-ness changes need a new object.
-		if err := remove(ctx, c, svcOps, liveSvc); err != nil {
-			return err
-		}
-		if _, err := create(ctx, c, svcOps, key, wantSvc); err != nil {
-			return err
-		}
-	case !endpoints.ServiceUpToDate(wantSvc, liveSvc):
-		if _, err := update(ctx, c, svcOps, endpoints.MergeService(wantSvc, liveSvc)); err != nil {
-			return err
-		}
-	}
-
-	switch {
-	case liveEps == nil:
-		_, err = create(ctx, c, epsOps, key, wantEps)
-	case !endpoints.EndpointsUpToDate(wantEps, liveEps):
-		_, err = update(ctx, c, epsOps, endpoints.MergeEndpoints(wantEps, liveEps))
-	}
-	return err
-}
-
-// syncSlices writes the MCS EndpointSlices of one member service.
-func (c *Controller) syncSlices(ctx context.Context, key Key, src *endpoints.Source) error {
-	existing, err := c.hubSlices(key)
-	if err != nil {
-		return err
-	}
-	var plan endpoints.SlicePlan
-	if src != nil {
-		plan = endpoints.PlanSlices(*src, existing)
-	} else {
-		plan = endpoints.PlanSlicesDelete(key.Namespace, key.Name, key.Cluster, existing)
-	}
-	if plan.Empty() {
-		return nil
-	}
-	klog.V(4).InfoS("Writing slices", "key", key.String(), "create", len(plan.Create), "update", len(plan.Update), "delete", len(plan.Delete))
-	// Fixed order: creates and updates before deletes, so endpoints moving
-	// between slices are never missing from the hub.
-	ops := c.sliceOps()
-	var errs *multierror.Error
-	for _, s := range plan.Create {
-		_, err := create(ctx, c, ops, key, s)
-		errs = multierror.Append(errs, err)
-	}
-	for _, s := range plan.Update {
-		_, err := update(ctx, c, ops, s)
-		errs = multierror.Append(errs, err)
-	}
-	for _, s := range plan.Delete {
-		errs = multierror.Append(errs, remove(ctx, c, ops, s))
-	}
-	if err := errs.ErrorOrNil(); err != nil {
-		return err
-	}
-	if src != nil {
-		c.observePropagation(src.Slices)
-	}
-	return nil
-}
-
 // observePropagation records how long the newest member change took to reach
 // the hub. Trigger times from before the daemon started (a cold start
 // catching up) are not observed: they measure downtime, not propagation.
@@ -213,34 +110,6 @@ func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
 	if newest.After(c.startTime) {
 		c.metrics.Propagation.Observe(time.Since(newest).Seconds())
 	}
-}
-
-// hubSlices returns our hub slices sourced from key, as cached or, where
-// the cache has not seen our last write yet, as written; read-only.
-func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
-	source := sourceKey(key)
-	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, source)
-	if err != nil {
-		return nil, err
-	}
-	byName := make(map[string]*endpoints.SliceDigest, len(objs))
-	for _, o := range objs {
-		if s, ok := o.(*endpoints.SliceDigest); ok {
-			byName[s.Name] = s
-		}
-	}
-	for name, o := range c.written.sourceSlices(source) {
-		if o == nil {
-			delete(byName, name)
-		} else {
-			byName[name] = o.(*endpoints.SliceDigest)
-		}
-	}
-	out := make([]*endpoints.SliceDigest, 0, len(byName))
-	for _, s := range byName {
-		out = append(out, s)
-	}
-	return out, nil
 }
 
 // ensureNamespace reports whether the hub has the key's namespace, creating

@@ -140,6 +140,9 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 			return out, gerr
 		}
 		if !ownedBy(live, key) {
+			if live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
+				c.taken.set(refOf(o.resource, live), true)
+			}
 			return out, c.conflict(o.resource, live, key)
 		}
 		return out, fmt.Errorf("creating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)

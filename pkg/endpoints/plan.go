@@ -1,0 +1,221 @@
+package endpoints
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// ServiceChange is the write one hub Service needs; the zero value is none.
+// Create and Delete together are a recreate: a field that changes is
+// immutable, so the old object goes first.
+type ServiceChange struct {
+	Create, Update, Delete *corev1.Service
+}
+
+// EndpointsChange is the write one hub Endpoints needs; the zero value is
+// none.
+type EndpointsChange struct {
+	Create, Update, Delete *corev1.Endpoints
+}
+
+func (c ServiceChange) empty() bool   { return c.Create == nil && c.Update == nil && c.Delete == nil }
+func (c EndpointsChange) empty() bool { return c.Create == nil && c.Update == nil && c.Delete == nil }
+
+// MemberView is what the hub holds of the objects one member service owns.
+type MemberView struct {
+	// Service and Endpoints are the per-cluster pair, ours for the source,
+	// or nil.
+	Service   *corev1.Service
+	Endpoints *EndpointsDigest
+	// ServiceTaken says someone else's object holds the per-cluster
+	// Service's name: we write no Service, and no Endpoints under it.
+	ServiceTaken bool
+	// Slices are the hub slices that may be ours for the source.
+	Slices []*SliceDigest
+}
+
+// MemberPlan lists the hub writes one member service needs.
+type MemberPlan struct {
+	Slices    SlicePlan
+	Service   ServiceChange
+	Endpoints EndpointsChange
+}
+
+// Empty reports whether the plan has no writes.
+func (p MemberPlan) Empty() bool {
+	return p.Slices.Empty() && p.Service.empty() && p.Endpoints.empty()
+}
+
+// PlanMember returns the writes that bring view to what src asks for: its
+// MCS slices and, unless mode is off, its per-cluster Service and
+// Endpoints. src nil means the member service is not exported (gone,
+// unexported, or its member unregistered): everything is withdrawn.
+func PlanMember(namespace, service, cluster string, src *Source, mode PerClusterMode, view MemberView) MemberPlan {
+	var plan MemberPlan
+	if src != nil {
+		plan.Slices = PlanSlices(*src, view.Slices)
+	} else {
+		plan.Slices = PlanSlicesDelete(namespace, service, cluster, view.Slices)
+	}
+	var wantSvc *corev1.Service
+	var wantEps *corev1.Endpoints
+	if src != nil && mode != PerClusterOff && !view.ServiceTaken {
+		wantSvc = PerClusterService(*src, mode)
+		wantEps = PerClusterEndpoints(*src)
+	}
+	if wantSvc == nil {
+		if view.Endpoints != nil {
+			plan.Endpoints.Delete = view.Endpoints.Meta()
+		}
+		if view.Service != nil {
+			plan.Service.Delete = view.Service
+		}
+		return plan
+	}
+	plan.Service = planService(wantSvc, view.Service, ServiceUpToDate, MergeService)
+	switch {
+	case view.Endpoints == nil:
+		plan.Endpoints.Create = wantEps
+	case !EndpointsUpToDate(wantEps, view.Endpoints):
+		plan.Endpoints.Update = MergeEndpoints(wantEps, view.Endpoints)
+	}
+	return plan
+}
+
+// planService is the change from live to want, for a per-cluster or derived
+// Service: create, recreate, or update with merge.
+func planService(want, live *corev1.Service, upToDate func(want, live *corev1.Service) bool, merge func(want, live *corev1.Service) *corev1.Service) ServiceChange {
+	switch {
+	case live == nil:
+		return ServiceChange{Create: want}
+	case ServiceNeedsRecreate(want, live):
+		return ServiceChange{Delete: live, Create: want}
+	case !upToDate(want, live):
+		return ServiceChange{Update: merge(want, live)}
+	}
+	return ServiceChange{}
+}
+
+// ImportView is what the hub holds of the objects one clusterset service
+// owns.
+type ImportView struct {
+	// Import and Derived are ours for the service, or nil.
+	Import  *mcsv1beta1.ServiceImport
+	Derived *corev1.Service
+	// ImportTaken says someone else's ServiceImport holds the name.
+	ImportTaken bool
+}
+
+// ImportPlan is one round of writes for a clusterset service. Two of the
+// desired values are known only once the API server has written an object:
+// the ServiceImport's UID (the derived Service's owner) and the derived
+// Service's cluster IPs (the import's spec.ips). So a plan covers what its
+// view allows, and the caller plans again on the view its writes left,
+// until the plan is empty: create the import; create the derived Service;
+// update the import's spec; update its status.
+type ImportPlan struct {
+	CreateImport *mcsv1beta1.ServiceImport
+	// UpdateImport updates spec and metadata; UpdateImportStatus status.
+	UpdateImport, UpdateImportStatus *mcsv1beta1.ServiceImport
+	Derived                          ServiceChange
+	// DeleteImport goes after Derived's delete.
+	DeleteImport *mcsv1beta1.ServiceImport
+}
+
+// Empty reports whether the plan has no writes.
+func (p ImportPlan) Empty() bool {
+	return p.CreateImport == nil && p.UpdateImport == nil && p.UpdateImportStatus == nil && p.Derived.empty() && p.DeleteImport == nil
+}
+
+// PlanImport returns the next round of writes that bring view to want, the
+// merge of the service's exports; want nil means nothing exports it any
+// more, and both objects are withdrawn.
+func PlanImport(want *ImportResult, view ImportView) ImportPlan {
+	var plan ImportPlan
+	if want == nil || view.ImportTaken {
+		plan.Derived.Delete = view.Derived
+		if !view.ImportTaken {
+			plan.DeleteImport = view.Import
+		}
+		return plan
+	}
+	if view.Import == nil {
+		fresh := want.Import.DeepCopy()
+		fresh.Status = mcsv1beta1.ServiceImportStatus{} // a subresource: dropped on create
+		plan.CreateImport = fresh
+		return plan
+	}
+
+	// The derived Service belongs to the ServiceImport, so the garbage
+	// collector removes it with the import too.
+	derived := DerivedService(want.Import)
+	derived.OwnerReferences = []metav1.OwnerReference{ImportOwner(view.Import)}
+	plan.Derived = planService(derived, view.Derived, func(want, live *corev1.Service) bool {
+		return DerivedServiceUpToDate(want, live) && apiequality.Semantic.DeepEqual(want.OwnerReferences, live.OwnerReferences)
+	}, func(want, live *corev1.Service) *corev1.Service {
+		out := MergeDerivedService(want, live)
+		out.OwnerReferences = want.OwnerReferences
+		return out
+	})
+	if plan.Derived.Create != nil {
+		return plan // the import's IPs come from the new Service
+	}
+
+	imp := want.Import.DeepCopy()
+	imp.Spec.IPs = ImportIPs(imp, view.Derived)
+	// Spec and metadata first (an update ignores status), then status,
+	// from the resourceVersion the spec update leaves.
+	specOnly := imp.DeepCopy()
+	specOnly.Status.Clusters = view.Import.Status.Clusters
+	if !ImportUpToDate(specOnly, view.Import) {
+		plan.UpdateImport = MergeServiceImport(specOnly, view.Import)
+		return plan
+	}
+	conds, changed := SetConditions(view.Import.Status.Conditions, ImportConditions(want.Conflicts, view.Import.Generation))
+	if changed || !ImportStatusUpToDate(imp, view.Import) {
+		upd := MergeServiceImport(imp, view.Import)
+		upd.Status.Conditions = conds
+		plan.UpdateImportStatus = upd
+	}
+	return plan
+}
+
+// ImportOwner is the owner reference of a derived Service to its import.
+func ImportOwner(imp *mcsv1beta1.ServiceImport) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: mcsv1beta1.GroupVersion.String(),
+		Kind:       mcsv1beta1.ServiceImportKindName,
+		Name:       imp.Name,
+		UID:        imp.UID,
+	}
+}
+
+// ImportIPs lists the derived Service's cluster IPs, one per family in the
+// import's ipFamilies order; Headless imports have none.
+func ImportIPs(imp *mcsv1beta1.ServiceImport, svc *corev1.Service) []string {
+	if imp.Spec.Type == mcsv1beta1.Headless || svc == nil {
+		return nil
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	out := slices.Clone(ips)
+	// ClusterIPs follow the Service's ipFamilies; keep the import's order.
+	if len(imp.Spec.IPFamilies) == len(svc.Spec.IPFamilies) && len(out) == len(svc.Spec.IPFamilies) {
+		rank := map[corev1.IPFamily]int{}
+		for i, f := range imp.Spec.IPFamilies {
+			rank[f] = i
+		}
+		fam := map[string]corev1.IPFamily{}
+		for i, ip := range out {
+			fam[ip] = svc.Spec.IPFamilies[i]
+		}
+		slices.SortStableFunc(out, func(a, b string) int { return rank[fam[a]] - rank[fam[b]] })
+	}
+	return out
+}

@@ -187,7 +187,7 @@ func (s *simServer) create(gr schema.GroupResource, resource string, obj runtime
 		return nil, apierrors.NewAlreadyExists(gr, m.GetName())
 	}
 	m.SetUID("")
-	m.SetCreationTimestamp(metav1.Unix(int64(2000+s.rv), 0))
+	m.SetCreationTimestamp(metav1.Unix(2000+s.rv, 0))
 	m.SetGeneration(1)
 	switch o := obj.(type) {
 	case *mcsv1beta1.ServiceImport:

@@ -156,10 +156,7 @@ func (f *fixture) writes() []string {
 			}
 			name := ""
 			switch act := a.(type) {
-			case clienttesting.CreateAction:
-				m, _ := metaOf(act.GetObject())
-				name = m.GetName()
-			case clienttesting.UpdateAction:
+			case clienttesting.CreateAction: // an UpdateAction too
 				m, _ := metaOf(act.GetObject())
 				name = m.GetName()
 			case clienttesting.DeleteAction:

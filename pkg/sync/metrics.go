@@ -112,6 +112,10 @@ var (
 		"Endpoints aggregated from each member cluster.", []string{"cluster"}, nil)
 	clusterServicesDesc = prometheus.NewDesc(namespace+"_cluster_services",
 		"Exported services aggregated from each member cluster.", []string{"cluster"}, nil)
+	waitingKeysDesc = prometheus.NewDesc(namespace+"_waiting_keys",
+		"Keys whose last sync waits for a precondition: a member's first sync, the registrations, a hub namespace.", nil, nil)
+	unechoedWritesDesc = prometheus.NewDesc(namespace+"_unechoed_writes",
+		"Hub writes whose watch event the hub caches have not delivered yet.", nil, nil)
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
@@ -120,6 +124,8 @@ var (
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clusterEndpointsDesc
 	ch <- clusterServicesDesc
+	ch <- waitingKeysDesc
+	ch <- unechoedWritesDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -135,6 +141,8 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(n), cluster)
 		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(services[cluster]), cluster)
 	}
+	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
+	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
 }
 
 // recordEndpoints remembers how many endpoints a member service contributes;

@@ -105,6 +105,7 @@ type daemon struct {
 	writes *writeCounter
 	cancel context.CancelFunc
 	done   chan error
+	owner  testing.TB
 }
 
 // startDaemon runs the daemon against the hub until the test ends or stop is
@@ -140,7 +141,7 @@ func startDaemonOn(t *testing.T, owner testing.TB, hubCfg *rest.Config, mutate f
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	dm := &daemon{Daemon: d, writes: counter, cancel: cancel, done: make(chan error, 1)}
+	dm := &daemon{Daemon: d, writes: counter, cancel: cancel, done: make(chan error, 1), owner: owner}
 	go func() { dm.done <- d.Run(ctx) }()
 	owner.Cleanup(dm.stop)
 	return dm
@@ -151,7 +152,9 @@ func (d *daemon) stop() {
 		return
 	}
 	d.cancel()
-	<-d.done
+	if err := <-d.done; err != nil {
+		d.owner.Logf("daemon stopped: %v", err)
+	}
 	d.cancel = nil
 }
 

@@ -66,7 +66,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+	if err := mcsv1beta1.Install(scheme); err != nil {
 		return nil, err
 	}
 	broadcaster := record.NewBroadcaster()

@@ -88,15 +88,6 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 	return c, nil
 }
 
-// Name is the member's cluster name.
-func (c *Cluster) Name() string { return c.name }
-
-// Secret is the namespace/name of the Secret that registered the member.
-func (c *Cluster) Secret() string { return c.secret }
-
-// Clients returns the member's API clients.
-func (c *Cluster) Clients() Clients { return c.clients }
-
 // HasSynced reports whether every informer of the member has synced once.
 // It stays true if the member later becomes unreachable: its caches then hold
 // the last-known state.

@@ -74,9 +74,6 @@ func (c *Cluster) probe(timeout time.Duration) error {
 	return nil
 }
 
-// Healthy reports whether the last probe of a synced member succeeded.
-func (c *Cluster) Healthy() bool { return c.healthy.Load() }
-
 // UnreachableSince returns when the member stopped answering its probe, and
 // whether it is unreachable now. Before the first probe it is not.
 func (c *Cluster) UnreachableSince() (time.Time, bool) {

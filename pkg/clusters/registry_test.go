@@ -193,8 +193,8 @@ func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
 			t.Errorf("no %s Event in:\n%s", want, got)
 		}
 	}
-	if c := r.Get("dup"); c.Secret() != ns+"/older" {
-		t.Errorf("cluster dup registered by %s, want the older Secret", c.Secret())
+	if c := r.Get("dup"); c.secret != ns+"/older" {
+		t.Errorf("cluster dup registered by %s, want the older Secret", c.secret)
 	}
 	if names := r.Names(); len(names) != 1 {
 		t.Errorf("registered %v, want only dup", names)

@@ -149,7 +149,10 @@ type Controller struct {
 	endpointCounts map[Key]int
 
 	// started is closed once startup garbage collection has been queued.
-	started     chan struct{}
+	started chan struct{}
+	// stopped is closed when Run returns; timers end with it.
+	stopped     chan struct{}
+	stopOnce    stdsync.Once
 	startedOnce stdsync.Once
 }
 
@@ -191,6 +194,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		written:  newWritten(),
 		waits:    newWaits(),
 		started:  make(chan struct{}),
+		stopped:  make(chan struct{}),
 		retrying: map[Key]struct{}{},
 
 		endpointCounts: map[Key]int{},
@@ -284,6 +288,7 @@ func (c *Controller) StartInformers(ctx context.Context) {
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer c.stopOnce.Do(func() { close(c.stopped) })
 	c.StartInformers(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.HubSynced) {
 		return errors.New("hub caches did not sync")

@@ -101,7 +101,15 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 		if d <= 0 {
 			continue
 		}
-		time.AfterFunc(d+100*time.Millisecond, func() { c.ClusterSynced(cluster) })
+		go func() {
+			t := time.NewTimer(d + 100*time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				c.ClusterSynced(cluster)
+			case <-c.stopped:
+			}
+		}()
 	}
 }
 

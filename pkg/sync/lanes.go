@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"container/list"
 	stdsync "sync"
 )
 
@@ -17,26 +18,13 @@ import (
 type lanes struct {
 	mu         stdsync.Mutex
 	live, bulk turns
-	// lane says where each queued key is. A key moved from bulk to live
-	// leaves a stale entry in bulk: entries carry the seq of their push, and
-	// only the one matching lane is valid.
-	lane map[Key]queued
-	seq  uint64
-	// stale counts the stale entries in bulk; past staleSlack more than the
-	// queued keys, bulk is compacted (it may not be popped for long while
-	// live keys keep coming).
-	stale int
+	// queued holds every queued key and where it waits. A key is in exactly
+	// one lane and one origin's queue: a move to live takes it out of bulk.
+	queued map[Key]spot
 	// next holds how the adds that have not reached Push or Touch yet were
 	// made; an add of a key being synced waits for its Done. A live add wins
 	// over a bulk one; an unmarked add (a retry) is live.
 	next map[Key]laneMark
-}
-
-const staleSlack = 1024
-
-type queued struct {
-	bulk bool
-	seq  uint64
 }
 
 type laneMark struct {
@@ -46,8 +34,15 @@ type laneMark struct {
 	origin string
 }
 
+// spot is where a queued key waits: its element in an origin's queue.
+type spot struct {
+	lane *turns
+	q    *fifo
+	e    *list.Element
+}
+
 func newLanes() *lanes {
-	return &lanes{lane: map[Key]queued{}, next: map[Key]laneMark{}}
+	return &lanes{queued: map[Key]spot{}, next: map[Key]laneMark{}}
 }
 
 // mark says how the next add of key is made.
@@ -70,23 +65,14 @@ func (l *lanes) take(key Key) laneMark {
 	return m
 }
 
-// enter queues key in the lane m says.
+// enter queues key at the back of its origin's queue in the lane m says.
 func (l *lanes) enter(key Key, m laneMark) {
-	l.seq++
-	l.lane[key] = queued{bulk: m.bulk, seq: l.seq}
 	t := &l.live
 	if m.bulk {
 		t = &l.bulk
 	}
-	t.push(m.origin, entry{key: key, seq: l.seq})
-}
-
-// valid reports whether e is where its key is queued, in the lane bulk says.
-func (l *lanes) valid(bulk bool) func(entry) bool {
-	return func(e entry) bool {
-		q, ok := l.lane[e.key]
-		return ok && q.bulk == bulk && q.seq == e.seq
-	}
+	q, e := t.push(m.origin, key)
+	l.queued[key] = spot{lane: t, q: q, e: e}
 }
 
 // Push queues a key that is not queued.
@@ -96,19 +82,15 @@ func (l *lanes) Push(key Key) {
 	l.enter(key, l.take(key))
 }
 
-// Touch is an add of a key already queued: a live add moves it to the live
-// lane.
+// Touch is an add of a key already queued: a live add moves a bulk key to
+// the back of the live lane; any other add leaves the key where it is.
 func (l *lanes) Touch(key Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.take(key)
-	if q, ok := l.lane[key]; ok && q.bulk && !m.bulk {
+	if s, ok := l.queued[key]; ok && s.lane == &l.bulk && !m.bulk {
+		s.lane.remove(s.q, s.e)
 		l.enter(key, m)
-		l.stale++
-		if l.stale > len(l.lane)+staleSlack {
-			l.bulk.compact(l.valid(true))
-			l.stale = 0
-		}
 	}
 }
 
@@ -116,7 +98,7 @@ func (l *lanes) Touch(key Key) {
 func (l *lanes) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.lane)
+	return len(l.queued)
 }
 
 // Pop returns the next live key, else the next bulk key. The workqueue
@@ -124,88 +106,62 @@ func (l *lanes) Len() int {
 func (l *lanes) Pop() Key {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if k, ok, _ := l.live.pop(l.valid(false)); ok {
-		delete(l.lane, k)
-		return k
+	for _, t := range []*turns{&l.live, &l.bulk} {
+		if k, ok := t.pop(); ok {
+			delete(l.queued, k)
+			return k
+		}
 	}
-	k, ok, dropped := l.bulk.pop(l.valid(true))
-	l.stale = max(0, l.stale-dropped)
-	if ok {
-		delete(l.lane, k)
-	}
-	return k
-}
-
-type entry struct {
-	key Key
-	seq uint64
+	return Key{}
 }
 
 // turns is one lane: a queue per origin, served in turn.
 type turns struct {
-	queues map[string][]entry
-	order  []string // origins with queued keys, next first
+	queues map[string]*fifo // origins with queued keys
+	order  list.List        // of *fifo, the next to serve first
 }
 
-func (t *turns) push(origin string, e entry) {
-	if t.queues == nil {
-		t.queues = map[string][]entry{}
-	}
-	q, ok := t.queues[origin]
-	if !ok {
-		t.order = append(t.order, origin)
-	}
-	t.queues[origin] = append(q, e)
+// fifo is one origin's queue in a lane. It exists only while it holds keys.
+type fifo struct {
+	origin string
+	keys   list.List     // of Key, first in first out
+	turn   *list.Element // q's element in the lane's order
 }
 
-// pop returns the first valid entry's key from the next origin that has
-// one, and how many invalid entries it dropped on the way.
-func (t *turns) pop(valid func(entry) bool) (Key, bool, int) {
-	dropped := 0
-	for len(t.order) > 0 {
-		origin := t.order[0]
-		t.order = t.order[1:]
-		q := t.queues[origin]
-		var e entry
-		found := false
-		for len(q) > 0 && !found {
-			e, found = q[0], valid(q[0])
-			if !found {
-				dropped++
-			}
-			q[0] = entry{}
-			q = q[1:]
+// push queues key at the back of origin's queue; an origin that had no
+// queue joins the order at the back.
+func (t *turns) push(origin string, key Key) (*fifo, *list.Element) {
+	q := t.queues[origin]
+	if q == nil {
+		if t.queues == nil {
+			t.queues = map[string]*fifo{}
 		}
-		if len(q) == 0 {
-			delete(t.queues, origin)
-		} else {
-			t.queues[origin] = q
-			t.order = append(t.order, origin)
-		}
-		if found {
-			return e.key, true, dropped
-		}
-	}
-	t.order = nil // release the emptied backing array
-	return Key{}, false, dropped
-}
-
-// compact drops the invalid entries of every queue, keeping the order.
-func (t *turns) compact(valid func(entry) bool) {
-	order := t.order[:0]
-	for _, origin := range t.order {
-		var q []entry
-		for _, e := range t.queues[origin] {
-			if valid(e) {
-				q = append(q, e)
-			}
-		}
-		if len(q) == 0 {
-			delete(t.queues, origin)
-			continue
-		}
+		q = &fifo{origin: origin}
+		q.turn = t.order.PushBack(q)
 		t.queues[origin] = q
-		order = append(order, origin)
 	}
-	t.order = order
+	return q, q.keys.PushBack(key)
+}
+
+// remove takes e out of q; an emptied queue leaves the order.
+func (t *turns) remove(q *fifo, e *list.Element) {
+	q.keys.Remove(e)
+	if q.keys.Len() == 0 {
+		t.order.Remove(q.turn)
+		delete(t.queues, q.origin)
+	}
+}
+
+// pop takes the first key of the origin whose turn it is, and sends that
+// origin to the back of the order.
+func (t *turns) pop() (Key, bool) {
+	next := t.order.Front()
+	if next == nil {
+		return Key{}, false
+	}
+	q := next.Value.(*fifo)
+	e := q.keys.Front()
+	t.order.MoveToBack(next)
+	t.remove(q, e)
+	return e.Value.(Key), true
 }

@@ -127,11 +127,11 @@ func TestLanesLetMembersTakeTurns(t *testing.T) {
 	}
 }
 
-// A key moved from bulk to live leaves an entry behind in bulk: it must not
-// let the key jump the bulk queue when it is queued in bulk again, and such
-// entries must not pile up while live keys keep bulk from being served.
-func TestLanesStaleBulkEntries(t *testing.T) {
+// A key moved from bulk to live leaves the bulk lane at once: queued in bulk
+// again later, it waits behind the keys already there.
+func TestLanesQueueAKeyInBulkAgainBehindTheBulkBacklog(t *testing.T) {
 	q, l := laneQueue()
+	defer q.ShutDown()
 	a, b := Key{Cluster: "c1", Namespace: "ns", Name: "a"}, Key{Cluster: "c1", Namespace: "ns", Name: "b"}
 	add(q, l, a, true)
 	add(q, l, b, true)
@@ -140,21 +140,133 @@ func TestLanesStaleBulkEntries(t *testing.T) {
 	q.Done(k)
 	add(q, l, a, true) // a queued in bulk again, after b
 	if got := drain(q); !reflect.DeepEqual(got, []string{"b", "a"}) {
-		t.Errorf("order after a stale entry: %v, want [b a]", got)
+		t.Errorf("order %v, want [b a]", got)
 	}
+}
 
-	for i := range 5000 {
-		k := Key{Cluster: "c1", Namespace: "ns", Name: fmt.Sprint("k", i%3)}
-		add(q, l, k, true)
-		add(q, l, k, false)
-		got, _ := q.Get()
-		q.Done(got)
+func TestLanesServeAKeyMovedToLiveOnceInTheLiveLane(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	for _, name := range []string{"a", "b", "c"} {
+		add(q, l, named(name), true)
 	}
-	entries := 0
-	for _, qu := range l.bulk.queues {
-		entries += len(qu)
+	add(q, l, named("b"), false) // b moves to live
+	if n := laneEntries(&l.bulk); n != 2 {
+		t.Errorf("bulk lane holds %d entries after a move, want 2", n)
 	}
-	if entries > staleSlack+10 {
-		t.Errorf("%d entries in the bulk lane for %d queued keys", entries, q.Len())
+	add(q, l, named("live"), false)
+	want := []string{"b", "live", "a", "c"}
+	if got := drain(q); !reflect.DeepEqual(got, want) {
+		t.Fatalf("order %q, want %q", got, want)
 	}
+}
+
+// memberKey names a key of member cluster.
+func memberKey(cluster, name string) Key { return Key{Cluster: cluster, Namespace: "shop", Name: name} }
+
+func TestLanesTakeTurnsBetweenMembersInBothLanes(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	for _, bulk := range []bool{true, false} {
+		prefix := map[bool]string{true: "bulk", false: "live"}[bulk]
+		for _, cluster := range []string{"east", "west", "north"} {
+			for i := range 3 {
+				add(q, l, memberKey(cluster, fmt.Sprintf("%s-%s-%d", prefix, cluster, i)), bulk)
+			}
+		}
+	}
+	var want []string
+	for _, prefix := range []string{"live", "bulk"} {
+		for i := range 3 {
+			for _, cluster := range []string{"east", "west", "north"} {
+				want = append(want, fmt.Sprintf("%s-%s-%d", prefix, cluster, i))
+			}
+		}
+	}
+	if got := drain(q); !reflect.DeepEqual(got, want) {
+		t.Fatalf("order\n%q\nwant\n%q", got, want)
+	}
+}
+
+// A member whose queue empties, by a pop or by a move to live, leaves the
+// turns; its next key joins them at the back, behind the members waiting.
+func TestLanesAMemberWhoseQueueEmptiesRejoinsAtTheBack(t *testing.T) {
+	t.Run("emptied by a pop", func(t *testing.T) {
+		q, l := laneQueue()
+		defer q.ShutDown()
+		add(q, l, memberKey("east", "e0"), false)
+		add(q, l, memberKey("east", "e1"), false)
+		add(q, l, memberKey("west", "w0"), false)
+		add(q, l, memberKey("north", "n0"), false)
+		var got []string
+		for range 2 { // e0, then w0 empties west's queue
+			k, _ := q.Get()
+			got = append(got, k.Name)
+			q.Done(k)
+		}
+		add(q, l, memberKey("west", "w1"), false)
+		got = append(got, drain(q)...)
+		if want := []string{"e0", "w0", "n0", "e1", "w1"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %q, want %q", got, want)
+		}
+	})
+	t.Run("emptied by a move to live", func(t *testing.T) {
+		q, l := laneQueue()
+		defer q.ShutDown()
+		add(q, l, memberKey("east", "e0"), true)
+		add(q, l, memberKey("east", "e1"), true)
+		add(q, l, memberKey("west", "w0"), true)
+		add(q, l, memberKey("north", "n0"), true)
+		add(q, l, memberKey("west", "w0"), false) // west's bulk queue empties
+		add(q, l, memberKey("west", "w1"), true)
+		want := []string{"w0", "e0", "n0", "w1", "e1"}
+		if got := drain(q); !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %q, want %q", got, want)
+		}
+	})
+}
+
+// After many keys were queued, moved and served, lanes hold nothing: no
+// entry, queue or turn is left behind, in either lane.
+func TestLanesRetainNothingOnceDrained(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	for round := range 20 {
+		for i := range 500 {
+			k := memberKey(fmt.Sprint("member-", i%25), fmt.Sprint("svc-", i))
+			add(q, l, k, true)
+			if i%3 == 0 {
+				add(q, l, k, false)
+			}
+		}
+		// Serve half, re-adding some as they are synced.
+		for range 250 {
+			k, _ := q.Get()
+			if round%2 == 0 {
+				add(q, l, k, true)
+			}
+			q.Done(k)
+		}
+		if n, want := laneEntries(&l.live)+laneEntries(&l.bulk), q.Len(); n != want {
+			t.Fatalf("round %d: lanes hold %d entries for %d queued keys", round, n, want)
+		}
+	}
+	drain(q)
+	for name, lane := range map[string]*turns{"live": &l.live, "bulk": &l.bulk} {
+		if len(lane.queues) != 0 || lane.order.Len() != 0 {
+			t.Errorf("%s lane keeps %d queues, %d turns", name, len(lane.queues), lane.order.Len())
+		}
+	}
+	if len(l.queued) != 0 || len(l.next) != 0 {
+		t.Errorf("lanes keep %d queued keys, %d marks", len(l.queued), len(l.next))
+	}
+}
+
+// laneEntries counts the keys queued in a lane.
+func laneEntries(t *turns) int {
+	n := 0
+	for _, q := range t.queues {
+		n += q.keys.Len()
+	}
+	return n
 }

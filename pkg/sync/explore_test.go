@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -331,7 +332,7 @@ func (w *world) putExport(m *simMember, ns, name string) {
 func (w *world) randomChange() step {
 	m := w.members.members[w.order[w.rng.Intn(len(w.order))]]
 	ns, name := simNamespaces[w.rng.Intn(len(simNamespaces))], simServices[w.rng.Intn(len(simServices))]
-	switch w.rng.Intn(6) {
+	switch w.rng.Intn(7) {
 	case 0:
 		return step{fmt.Sprintf("%s: service %s/%s created or deleted", m.name, ns, name), func() {
 			if m.truthService(ns, name) != nil {
@@ -366,8 +367,21 @@ func (w *world) randomChange() step {
 				_, _ = w.srv.create(corev1.Resource("namespaces"), resourceNamespace, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
 			}
 		}}
+	case 5:
+		return step{fmt.Sprintf("%s: unregistered", m.name), func() { w.unregister(m.name) }}
 	}
 	return step{"hub: someone else edits or deletes one of the daemon's objects", w.tamper}
+}
+
+// unregister removes a member, as deleting its Secret does: its informers
+// stop, and the controller is told once it is gone. The last member stays.
+func (w *world) unregister(name string) {
+	if _, ok := w.members.members[name]; !ok || len(w.order) < 2 {
+		return
+	}
+	delete(w.members.members, name)
+	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == name })
+	w.ctrl.ClusterRemoved(name)
 }
 
 // tamper edits or deletes one of the daemon's hub objects, as a person or

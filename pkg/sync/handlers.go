@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -122,12 +123,14 @@ func (c *Controller) ClusterRemoved(cluster string) {
 	c.wake(waitMemberSettled(cluster), true)
 }
 
-// enqueueImportsOf queues the clusterset key of every cached ServiceImport
-// that lists cluster in its status.
+// enqueueImportsOf queues the clusterset key of every ServiceImport that
+// lists cluster in its status, as cached or as we last wrote it.
 func (c *Controller) enqueueImportsOf(cluster string) {
-	objs, err := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
-	if err != nil {
-		return
+	objs, _ := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
+	for _, o := range c.written.objects(resourceServiceImport) {
+		if keys, _ := importClusterIndex(o); slices.Contains(keys, cluster) {
+			objs = append(objs, o)
+		}
 	}
 	for _, o := range objs {
 		if m, err := metaOf(o); err == nil {
@@ -140,6 +143,10 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 // cluster, and their clusterset keys: an export that went away while the
 // daemon could not see the cluster must leave the merged import too.
 func (c *Controller) enqueueClusterObjects(cluster string) {
+	for _, k := range c.written.ownersIn(cluster) {
+		c.add(k, true)
+		c.add(k.ClusterSet(), true)
+	}
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
 		if err != nil {

@@ -187,6 +187,34 @@ func (w *written) expire() {
 	}
 }
 
+// ownersIn returns the owners of the tracked writes of cluster's objects.
+// They belong with what the hub caches index by cluster: a write whose echo
+// has not come is in no cache yet.
+func (w *written) ownersIn(cluster string) []Key {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []Key
+	for _, o := range w.overlay {
+		if o.owner.Cluster == cluster {
+			out = append(out, o.owner)
+		}
+	}
+	return out
+}
+
+// objects returns the tracked objects of resource (deletions left out).
+func (w *written) objects(resource string) []hubObject {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []hubObject
+	for ref, o := range w.overlay {
+		if ref.resource == resource && o.obj != nil {
+			out = append(out, o.obj)
+		}
+	}
+	return out
+}
+
 // len is the number of tracked writes.
 func (w *written) len() int {
 	w.mu.Lock()

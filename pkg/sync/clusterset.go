@@ -71,9 +71,12 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		if ok, err := c.ensureNamespace(ctx, key); !ok {
 			return err
 		}
-		liveImp, err := c.liveImport(key.Namespace, key.Name)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+		var liveImp *mcsv1beta1.ServiceImport
+		if len(pending) > 0 {
+			var err error
+			if liveImp, err = c.liveImport(key.Namespace, key.Name); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
 		}
 		for _, name := range pending {
 			if e, ok := endpoints.LastKnownExport(name, liveImp, c.lastKnownPerCluster(key, name)); ok {
@@ -87,12 +90,15 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	// Plan and apply until the plan is empty: each round plans on what the
 	// previous one wrote (see endpoints.ImportPlan).
 	for range importRounds {
-		view, err := c.readImport(ctx, key)
+		view, holder, err := c.readImport(ctx, key)
 		if err != nil {
 			return err
 		}
 		plan := endpoints.PlanImport(want, view)
 		if plan.Empty() {
+			if holder != nil && want != nil {
+				return c.conflict(resourceServiceImport, holder, key)
+			}
 			return c.writeExportStatuses(ctx, statuses, conflicts(want))
 		}
 		if err := c.applyImport(ctx, key, plan, conflicts(want)); err != nil {

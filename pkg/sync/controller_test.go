@@ -494,3 +494,37 @@ func TestSyncClusterSetKeepsLastKnownExportOfUnsyncedMember(t *testing.T) {
 		})
 	}
 }
+
+// A name someone else's Service holds keeps its key parked on the conflict
+// for as long as it is held, without writing; once it is free, the next
+// sync takes it.
+func TestSyncKeepsAForeignNameParkedUntilItIsFree(t *testing.T) {
+	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}
+	f := newFixture(t, Options{}, []runtime.Object{foreign}, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	var conflict *conflictError
+	for i := range 2 {
+		f.resetActions()
+		if err := f.ctrl.sync(f.ctx, cartC1); !errors.As(err, &conflict) {
+			t.Fatalf("sync %d: error = %v, want a conflict", i, err)
+		}
+		f.settle()
+	}
+	for _, w := range f.writes() {
+		if strings.Contains(w, "cart-c1") {
+			t.Errorf("a sync of a name known to be taken wrote %s", w)
+		}
+	}
+	if err := f.hub.CoreV1().Services("shop").Delete(f.ctx, "cart-c1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.resetActions()
+	if err := f.ctrl.sync(f.ctx, cartC1); err != nil {
+		t.Fatalf("sync after the name was freed: %v", err)
+	}
+	if got := f.writes(); !slices.Contains(got, "create services shop/cart-c1") || !slices.Contains(got, "create endpoints shop/cart-c1") {
+		t.Fatalf("after the name was freed the sync wrote %q", got)
+	}
+}

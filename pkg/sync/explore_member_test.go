@@ -190,25 +190,4 @@ func (m *simMember) truthSlices(ns, svc string) []*discoveryv1.EndpointSlice {
 }
 
 // simMembers is the explorer's member registry.
-type simMembers struct {
-	members map[string]*simMember
-	synced  bool
-}
-
-func (s *simMembers) Member(name string) Member {
-	if m, ok := s.members[name]; ok {
-		return m
-	}
-	return nil
-}
-
-func (s *simMembers) Names() []string {
-	out := make([]string, 0, len(s.members))
-	for n := range s.members {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (s *simMembers) SecretsSynced() bool { return s.synced }
+type simMembers = memberSet[*simMember]

@@ -332,7 +332,7 @@ func (w *world) putExport(m *simMember, ns, name string) {
 func (w *world) randomChange() step {
 	m := w.members.members[w.order[w.rng.Intn(len(w.order))]]
 	ns, name := simNamespaces[w.rng.Intn(len(simNamespaces))], simServices[w.rng.Intn(len(simServices))]
-	switch w.rng.Intn(7) {
+	switch w.rng.Intn(8) {
 	case 0:
 		return step{fmt.Sprintf("%s: service %s/%s created or deleted", m.name, ns, name), func() {
 			if m.truthService(ns, name) != nil {
@@ -369,6 +369,8 @@ func (w *world) randomChange() step {
 		}}
 	case 5:
 		return step{fmt.Sprintf("%s: unregistered", m.name), func() { w.unregister(m.name) }}
+	case 6:
+		return step{"hub: someone else deletes their object that holds a name the daemon wants", w.dropForeign}
 	}
 	return step{"hub: someone else edits or deletes one of the daemon's objects", w.tamper}
 }
@@ -382,6 +384,25 @@ func (w *world) unregister(name string) {
 	delete(w.members.members, name)
 	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == name })
 	w.ctrl.ClusterRemoved(name)
+}
+
+// dropForeign deletes one foreign object: the name it held is free for the
+// daemon, which must notice without an event of its own caches.
+func (w *world) dropForeign() {
+	refs := make([]string, 0, len(w.foreign))
+	for ref := range w.foreign {
+		refs = append(refs, ref)
+	}
+	if len(refs) == 0 {
+		return
+	}
+	sort.Strings(refs)
+	ref := refs[w.rng.Intn(len(refs))]
+	resource, key, _ := strings.Cut(ref, "/")
+	ns, name, _ := strings.Cut(key, "/")
+	w.log("foreign %s deleted", ref)
+	delete(w.foreign, ref)
+	_ = w.srv.delete(schema.GroupResource{Resource: resource}, resource, ns, name, metav1.DeleteOptions{})
 }
 
 // tamper edits or deletes one of the daemon's hub objects, as a person or

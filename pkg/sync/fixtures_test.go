@@ -76,26 +76,31 @@ func (m *fakeMember) PatchServiceExportConditions(_ context.Context, se *mcsv1be
 	return nil
 }
 
-type fakeMembers struct {
-	members map[string]*fakeMember
+// memberSet is a member registry of test members.
+type memberSet[M Member] struct {
+	members map[string]M
 	synced  bool
 }
 
-func (f *fakeMembers) Member(name string) Member {
-	if m, ok := f.members[name]; ok {
+func (s *memberSet[M]) Member(name string) Member {
+	if m, ok := s.members[name]; ok {
 		return m
 	}
 	return nil
 }
-func (f *fakeMembers) Names() []string {
-	out := make([]string, 0, len(f.members))
-	for n := range f.members {
+
+func (s *memberSet[M]) Names() []string {
+	out := make([]string, 0, len(s.members))
+	for n := range s.members {
 		out = append(out, n)
 	}
 	sort.Strings(out)
 	return out
 }
-func (f *fakeMembers) SecretsSynced() bool { return f.synced }
+
+func (s *memberSet[M]) SecretsSynced() bool { return s.synced }
+
+type fakeMembers = memberSet[*fakeMember]
 
 // fixture is a controller on fake hub clients with fake members.
 type fixture struct {

@@ -81,8 +81,7 @@ func (c *Controller) ClusterSynced(cluster string) {
 	// Merged imports wait for members in their first sync; one may list
 	// this member although nothing else in the hub remembers it.
 	c.enqueueImportsOf(cluster)
-	c.wake(waitMemberSynced(cluster), true)
-	c.wake(waitMemberSettled(cluster), true)
+	c.wakeMember(cluster)
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
 
@@ -119,8 +118,7 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
 	c.enqueueImportsOf(cluster)
-	c.wake(waitMemberSynced(cluster), true)
-	c.wake(waitMemberSettled(cluster), true)
+	c.wakeMember(cluster)
 }
 
 // enqueueImportsOf queues the clusterset key of every ServiceImport that
@@ -255,6 +253,12 @@ func metaOf(obj interface{}) (metav1.Object, error) {
 // ClusterSyncTimedOut wakes the keys that waited for a member's first sync:
 // past its timeout the member no longer holds the merged imports back.
 func (c *Controller) ClusterSyncTimedOut(cluster string) {
+	c.wake(waitMemberSettled(cluster), true)
+}
+
+// wakeMember wakes what waited for a member that synced or went away.
+func (c *Controller) wakeMember(cluster string) {
+	c.wake(waitMemberSynced(cluster), true)
 	c.wake(waitMemberSettled(cluster), true)
 }
 

@@ -2,10 +2,8 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,22 +53,16 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 		}
 	}
 
-	view, err := c.readMember(ctx, key)
+	view, holder, err := c.readMember(ctx, key)
 	if err != nil {
 		return err
 	}
 	plan := endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)
-	err = c.applyMember(ctx, key, plan)
-	var cf *conflictError
-	if errors.As(err, &cf) && plan.Endpoints.Delete == nil && c.taken.has(objectRef{resourceService, key.Namespace, cf.name}) {
-		// The create found the per-cluster name taken: withdraw what we
-		// hold under it now rather than when the conflict is retried.
-		if view, rerr := c.readMember(ctx, key); rerr == nil {
-			err = multierror.Append(err, c.applyMember(ctx, key, endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)))
-		}
-	}
-	if err != nil {
+	if err := c.applyMember(ctx, key, plan); err != nil {
 		return err
+	}
+	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
+		return c.conflict(resourceService, holder, key)
 	}
 	if src != nil && !plan.Slices.Empty() {
 		c.observePropagation(src.Slices)

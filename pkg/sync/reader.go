@@ -4,10 +4,8 @@ import (
 	"context"
 	stdsync "sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -17,67 +15,72 @@ import (
 // caches have not shown yet (written). An object that holds one of the
 // key's names but is ours for another source is a conflict: reading fails.
 // A name held by an object that is not ours at all is found when a create
-// fails (taken), and read past the cache from then on.
+// fails (taken), and read past the cache from then on; the sync then does
+// what it can without that name and reports the conflict, which parks the
+// key until it looks again.
 
-// readMember returns the hub view of a member key.
-func (c *Controller) readMember(ctx context.Context, key Key) (endpoints.MemberView, error) {
+// readMember returns the hub view of a member key, and the object of
+// someone else that holds its per-cluster Service's name, if one does.
+func (c *Controller) readMember(ctx context.Context, key Key) (endpoints.MemberView, hubObject, error) {
 	var view endpoints.MemberView
 	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
 	svc, err := c.liveService(key.Namespace, name)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return view, err
-	case !ownedBy(svc, key):
-		// Ours, but written for another source whose name collides.
-		return view, c.conflict(resourceService, svc, key)
-	default:
-		view.Service = svc
+	if view.Service, err = owned(c, resourceService, key, svc, err); err != nil {
+		return view, nil, err
 	}
 	eps, err := c.liveEndpoints(key.Namespace, name)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return view, err
-	case !ownedBy(eps, key):
-		return view, c.conflict(resourceEndpoints, eps.Meta(), key)
-	default:
-		view.Endpoints = eps
+	if view.Endpoints, err = owned(c, resourceEndpoints, key, eps, err); err != nil {
+		return view, nil, err
 	}
+	var holder hubObject
 	if view.Service == nil {
-		if view.ServiceTaken, err = c.stillTaken(ctx, resourceService, key.Namespace, name); err != nil {
-			return view, err
+		if holder, err = c.holder(ctx, resourceService, key.Namespace, name); err != nil {
+			return view, nil, err
 		}
+		view.ServiceTaken = holder != nil
 	}
 	view.Slices, err = c.hubSlices(key)
-	return view, err
+	return view, holder, err
 }
 
-// readImport returns the hub view of a clusterset key.
-func (c *Controller) readImport(ctx context.Context, key Key) (endpoints.ImportView, error) {
+// readImport returns the hub view of a clusterset key, and the object of
+// someone else that holds its ServiceImport's name, if one does.
+func (c *Controller) readImport(ctx context.Context, key Key) (endpoints.ImportView, hubObject, error) {
 	var view endpoints.ImportView
 	imp, err := c.liveImport(key.Namespace, key.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		if view.ImportTaken, err = c.stillTaken(ctx, resourceServiceImport, key.Namespace, key.Name); err != nil {
-			return view, err
+	if view.Import, err = owned(c, resourceServiceImport, key, imp, err); err != nil {
+		return view, nil, err
+	}
+	var holder hubObject
+	if view.Import == nil {
+		if holder, err = c.holder(ctx, resourceServiceImport, key.Namespace, key.Name); err != nil {
+			return view, nil, err
 		}
-	case err != nil:
-		return view, err
-	default:
-		view.Import = imp
+		view.ImportTaken = holder != nil
 	}
 	svc, err := c.liveService(key.Namespace, endpoints.DerivedServiceName(key.Namespace, key.Name))
+	view.Derived, err = owned(c, resourceService, key, svc, err)
+	return view, holder, err
+}
+
+// owned turns what a live read returned into the key's object: nil when
+// there is none, a conflict when it is ours but for another key (a name
+// collision between sources).
+func owned[T hubObject](c *Controller, resource string, key Key, live T, err error) (T, error) {
+	var none T
 	switch {
 	case apierrors.IsNotFound(err):
+		return none, nil
 	case err != nil:
-		return view, err
-	case !ownedBy(svc, key):
-		return view, c.conflict(resourceService, svc, key)
-	default:
-		view.Derived = svc
+		return none, err
+	case !ownedBy(live, key):
+		var ref hubObject = live
+		if d, ok := any(live).(*endpoints.EndpointsDigest); ok {
+			ref = d.Meta() // Events need a registered type
+		}
+		return none, c.conflict(resource, ref, key)
 	}
-	return view, nil
+	return live, nil
 }
 
 // hubSlices returns our hub slices sourced from key, as cached or, where
@@ -115,17 +118,21 @@ type taken struct {
 	names map[objectRef]bool
 }
 
-func (t *taken) set(ref objectRef, held bool) {
+// set records whether ref is held by someone else and reports whether
+// that is news.
+func (t *taken) set(ref objectRef, held bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	was := t.names[ref]
 	if !held {
 		delete(t.names, ref)
-		return
+		return false
 	}
 	if t.names == nil {
 		t.names = map[objectRef]bool{}
 	}
 	t.names[ref] = true
+	return !was
 }
 
 func (t *taken) has(ref objectRef) bool {
@@ -134,36 +141,32 @@ func (t *taken) has(ref objectRef) bool {
 	return t.names[ref]
 }
 
-// stillTaken reports whether a name found taken is still held by an
-// object that is not ours, reading past the cache: the holder may have gone
-// without our caches seeing it.
-func (c *Controller) stillTaken(ctx context.Context, resource, namespace, name string) (bool, error) {
+// holder returns the object not ours that holds a name found taken, read
+// past the cache (the holder may have gone without our caches seeing it),
+// or nil.
+func (c *Controller) holder(ctx context.Context, resource, namespace, name string) (hubObject, error) {
 	ref := objectRef{resource, namespace, name}
 	if !c.taken.has(ref) {
-		return false, nil
+		return nil, nil
 	}
-	var labels map[string]string
+	var live hubObject
 	var err error
 	switch resource {
 	case resourceService:
-		var o *corev1.Service
-		if o, err = c.hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			labels = o.Labels
-		}
+		live, err = c.hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 	case resourceServiceImport:
-		var o *mcsv1beta1.ServiceImport
-		if o, err = c.hubMCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			labels = o.Labels
-		}
+		live, err = c.hubMCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	switch {
 	case apierrors.IsNotFound(err):
 		c.taken.set(ref, false)
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, err
+		return nil, err
 	}
-	held := labels[endpoints.LabelManagedBy] != endpoints.ManagedByValue
-	c.taken.set(ref, held)
-	return held, nil
+	if live.GetLabels()[endpoints.LabelManagedBy] == endpoints.ManagedByValue {
+		c.taken.set(ref, false)
+		return nil, nil
+	}
+	return live, nil
 }

@@ -140,8 +140,10 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 			return out, gerr
 		}
 		if !ownedBy(live, key) {
-			if live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
-				c.taken.set(refOf(o.resource, live), true)
+			if live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && c.taken.set(refOf(o.resource, live), true) {
+				// Sync again at once: without the name, what the key
+				// holds under it must go (see readMember).
+				c.add(key, false)
 			}
 			return out, c.conflict(o.resource, live, key)
 		}

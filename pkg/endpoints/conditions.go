@@ -17,11 +17,13 @@ import (
 const ConditionConflict = string(mcsv1beta1.ServiceExportConditionConflict)
 
 // ExportConditions returns the conditions a member's ServiceExport should
-// carry. svc is the member Service it exports (nil when there is none);
-// conflicts are those of the merged import. As KEP-1645 asks, every export
-// of a conflicted service gets Conflict=True, with a message naming the
+// carry. svc is the member Service it exports (nil when there is none); imp
+// is the hub's ServiceImport of the service (nil when there is none) and
+// cluster the member's name. The export is Ready once the import lists the
+// cluster, and its Conflict condition is the import's: as KEP-1645 asks,
+// every export of a conflicted service gets Conflict=True, naming the
 // clusters that disagree and the one whose value won.
-func ExportConditions(svc *corev1.Service, conflicts []Conflict, generation int64) []metav1.Condition {
+func ExportConditions(svc *corev1.Service, imp *mcsv1beta1.ServiceImport, cluster string, generation int64) []metav1.Condition {
 	cond := func(t mcsv1beta1.ServiceExportConditionType, s metav1.ConditionStatus, r mcsv1beta1.ServiceExportConditionReason, msg string) metav1.Condition {
 		return metav1.Condition{Type: string(t), Status: s, Reason: string(r), Message: msg, ObservedGeneration: generation}
 	}
@@ -37,11 +39,27 @@ func ExportConditions(svc *corev1.Service, conflicts []Conflict, generation int6
 			cond(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, "the Service is not exportable"),
 		}
 	}
-	return []metav1.Condition{
-		cond(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid, "the Service is exported"),
-		cond(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonReady, "the Service is imported into the hub"),
-		conflictCondition(conflicts, generation),
+	valid := cond(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid, "the Service is exported")
+	conflict := importConflict(imp)
+	if conflict == nil || !slices.ContainsFunc(imp.Status.Clusters, func(s mcsv1beta1.ClusterStatus) bool { return s.Cluster == cluster }) {
+		return []metav1.Condition{valid,
+			cond(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, "waiting for the ServiceImport in the hub"),
+		}
 	}
+	c := *conflict
+	c.ObservedGeneration, c.LastTransitionTime = generation, metav1.Time{}
+	return []metav1.Condition{valid,
+		cond(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonReady, "the Service is imported into the hub"),
+		c,
+	}
+}
+
+// importConflict returns the Conflict condition of imp, or nil.
+func importConflict(imp *mcsv1beta1.ServiceImport) *metav1.Condition {
+	if imp == nil {
+		return nil
+	}
+	return meta.FindStatusCondition(imp.Status.Conditions, ConditionConflict)
 }
 
 // ImportConditions returns the conditions of a ServiceImport: Ready, and a

@@ -3,7 +3,9 @@ package endpoints
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"maps"
 	"slices"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -45,6 +47,11 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
 		Addresses:   make([]string, len(s.Endpoints)),
+	}
+	if r, ok := s.Annotations[AnnotationExportRecord]; ok {
+		// Every slice of a source carries the same record: keep one copy.
+		d.Annotations = maps.Clone(s.Annotations)
+		d.Annotations[AnnotationExportRecord] = unique.Make(r).Value()
 	}
 	var h maphash.Hash
 	h.SetSeed(hashSeed)

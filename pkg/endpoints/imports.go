@@ -25,11 +25,6 @@ type Export struct {
 	// ExportedLabels and ExportedAnnotations are copied onto the
 	// ServiceImport. Either may be nil.
 	ExportedLabels, ExportedAnnotations map[string]string
-	// LastKnown marks an export remembered from the hub, for a member that
-	// has not synced since the daemon started (see LastKnownExport). It
-	// keeps its cluster entry and the ports no live export names; it never
-	// sets the import's properties and is never reported in a conflict.
-	LastKnown bool
 }
 
 // ImportResult is the ServiceImport merged from a Service's exports, with
@@ -51,7 +46,7 @@ type ImportResult struct {
 func MergeImport(namespace, name string, exports []Export) ImportResult {
 	sorted := slices.Clone(exports)
 	slices.SortFunc(sorted, func(a, b Export) int {
-		return cmp.Or(boolCompare(a.LastKnown, b.LastKnown), a.Created.Time.Compare(b.Created.Time), strings.Compare(a.Cluster, b.Cluster))
+		return cmp.Or(a.Created.Time.Compare(b.Created.Time), strings.Compare(a.Cluster, b.Cluster))
 	})
 	oldest := sorted[0]
 	var log conflictLog
@@ -75,9 +70,7 @@ func MergeImport(namespace, name string, exports []Export) ImportResult {
 	}
 	for _, e := range sorted {
 		imp.Status.Clusters = append(imp.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: e.Cluster})
-		if !e.LastKnown {
-			checkSpec(oldest, e, &log)
-		}
+		checkSpec(oldest, e, &log)
 	}
 	slices.SortFunc(imp.Status.Clusters, func(a, b mcsv1beta1.ClusterStatus) int { return strings.Compare(a.Cluster, b.Cluster) })
 	setImportMeta(imp, labels, annotations)
@@ -145,13 +138,9 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 			}
 			np := numberProtocol{p.Port, p.Protocol}
 			_, named := byName[p.Name]
-			_, numbered := names[np]
 			// A Service may have one unnamed port, or only named ones.
 			_, unnamedTaken := byName[""]
 			mixes := len(byName) > 0 && !named && (p.Name == "" || unnamedTaken)
-			if e.LastKnown && (named || numbered || mixes) {
-				continue // a live export's port stands
-			}
 			if mixes {
 				log.add(PortConflict, fmt.Sprintf("unnamed port beside named ports (%d/%s)", p.Port, p.Protocol), first, e.Cluster)
 				continue
@@ -193,80 +182,10 @@ func mergeExported(sorted []Export, get func(Export) map[string]string, reason C
 					out = make(map[string]string)
 				}
 				out[k], owner[k] = v, e.Cluster
-			case cur != v && !e.LastKnown:
+			case cur != v:
 				log.add(reason, fmt.Sprintf("%s %q", kind, k), owner[k], e.Cluster)
 			}
 		}
 	}
 	return out
-}
-
-// LastKnownExport rebuilds the export of cluster, a member that has not
-// synced since the daemon started, from what the hub remembers: live, the
-// ServiceImport written before, and perCluster, that member's per-cluster
-// Service when there is one. It returns false when live does not list the
-// cluster. Ports come from perCluster (the member's own, as last seen) or
-// else from live; the other properties are live's, so the export agrees
-// with the import and changes nothing but what would otherwise be lost.
-// Its exported labels and annotations are live's (those it records as
-// exported), so keys only that member set are kept too.
-func LastKnownExport(cluster string, live *mcsv1beta1.ServiceImport, perCluster *corev1.Service) (Export, bool) {
-	if live == nil || !slices.ContainsFunc(live.Status.Clusters, func(s mcsv1beta1.ClusterStatus) bool { return s.Cluster == cluster }) {
-		return Export{}, false
-	}
-	spec := &live.Spec
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: live.Name, Namespace: live.Namespace},
-		Spec: corev1.ServiceSpec{
-			Type:                  corev1.ServiceTypeClusterIP,
-			SessionAffinity:       spec.SessionAffinity,
-			SessionAffinityConfig: spec.SessionAffinityConfig.DeepCopy(),
-			IPFamilies:            slices.Clone(spec.IPFamilies),
-			InternalTrafficPolicy: clonePtr(spec.InternalTrafficPolicy),
-			TrafficDistribution:   clonePtr(spec.TrafficDistribution),
-		},
-	}
-	if spec.Type == mcsv1beta1.Headless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	if perCluster != nil {
-		for _, p := range perCluster.Spec.Ports {
-			svc.Spec.Ports = append(svc.Spec.Ports, servicePort(p.Name, p.Protocol, p.Port, p.AppProtocol))
-		}
-	} else {
-		for _, p := range spec.Ports {
-			svc.Spec.Ports = append(svc.Spec.Ports, servicePort(p.Name, p.Protocol, p.Port, p.AppProtocol))
-		}
-	}
-	return Export{
-		Cluster: cluster, Service: svc, Created: live.CreationTimestamp, LastKnown: true,
-		ExportedLabels:      recordedExported(live.Labels, live.Annotations[AnnotationExportedLabels]),
-		ExportedAnnotations: recordedExported(live.Annotations, live.Annotations[AnnotationExportedAnnotations]),
-	}, true
-}
-
-// recordedExported returns the entries of m whose keys the comma-separated
-// list names (see setImportMeta), or nil.
-func recordedExported(m map[string]string, keys string) map[string]string {
-	var out map[string]string
-	for _, k := range strings.Split(keys, ",") {
-		if v, ok := m[k]; ok && k != "" {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// boolCompare orders false before true.
-func boolCompare(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }

@@ -356,52 +356,6 @@ func TestImportUpToDate(t *testing.T) {
 	}
 }
 
-func TestLastKnownExportKeepsClusterAndUnclaimedPortsWithoutConflicts(t *testing.T) {
-	before := MergeImport(testNamespace, testService, []Export{
-		testExport("east", 0, nil),
-		testExport("west", 1, func(e *Export) {
-			e.Service.Spec.Ports = append(e.Service.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9100, Protocol: corev1.ProtocolTCP})
-		}),
-	}).Import
-	if _, ok := LastKnownExport("north", before, nil); ok {
-		t.Fatal("an export was remembered for a cluster the import does not list")
-	}
-	west, ok := LastKnownExport("west", before, nil)
-	if !ok || !west.LastKnown {
-		t.Fatalf("LastKnownExport(west) = %+v, %v", west, ok)
-	}
-	// east now serves http on another port and is headless: it wins both.
-	east := testExport("east", 0, func(e *Export) {
-		e.Service.Spec.Ports[0].Port = 8080
-		e.Service.Spec.ClusterIP = corev1.ClusterIPNone
-	})
-	for _, exports := range [][]Export{{east, west}, {west, east}} {
-		res := MergeImport(testNamespace, testService, exports)
-		if len(res.Conflicts) != 0 {
-			t.Errorf("conflicts with a remembered export: %+v", res.Conflicts)
-		}
-		got := map[string]int32{}
-		for _, p := range res.Import.Spec.Ports {
-			got[p.Name] = p.Port
-		}
-		if want := map[string]int32{"http": 8080, "grpc": 9090, "metrics": 9100}; !maps.Equal(got, want) {
-			t.Errorf("ports = %v, want %v", got, want)
-		}
-		if res.Import.Spec.Type != mcsv1beta1.Headless {
-			t.Errorf("type = %s: the live export must win", res.Import.Spec.Type)
-		}
-		if n := len(res.Import.Status.Clusters); n != 2 {
-			t.Errorf("status.clusters = %v", res.Import.Status.Clusters)
-		}
-	}
-	// With the member's per-cluster Service, its own ports are used.
-	pc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "admin", Port: 7000}}}}
-	west, _ = LastKnownExport("west", before, pc)
-	if ps := west.Service.Spec.Ports; len(ps) != 1 || ps[0].Name != "admin" || ps[0].Protocol != corev1.ProtocolTCP {
-		t.Errorf("ports from the per-cluster Service = %+v", ps)
-	}
-}
-
 // A Service has one unnamed port or only named ones: an export that would
 // mix them into the union loses its port, whichever side is older.
 func TestMergeImportNeverMixesUnnamedAndNamedPorts(t *testing.T) {
@@ -426,33 +380,5 @@ func TestMergeImportNeverMixesUnnamedAndNamedPorts(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// A remembered export keeps the labels and annotations the import records as
-// exported: keys only that member set stay, live exports win the others, and
-// nothing is reported as a conflict.
-func TestLastKnownExportKeepsExportedLabelsAndAnnotations(t *testing.T) {
-	before := MergeImport(testNamespace, testService, []Export{
-		testExport("east", 0, func(e *Export) { e.ExportedLabels = map[string]string{"tier": "front"} }),
-		testExport("west", 1, func(e *Export) {
-			e.ExportedLabels = map[string]string{"team": "shop"}
-			e.ExportedAnnotations = map[string]string{"owner": "payments"}
-		}),
-	}).Import
-	west, ok := LastKnownExport("west", before, nil)
-	if !ok {
-		t.Fatal("no remembered export for west")
-	}
-	east := testExport("east", 0, func(e *Export) { e.ExportedLabels = map[string]string{"tier": "back"} })
-	res := MergeImport(testNamespace, testService, []Export{west, east})
-	if len(res.Conflicts) != 0 {
-		t.Errorf("conflicts with a remembered export: %+v", res.Conflicts)
-	}
-	if got := res.Import.Labels; got["team"] != "shop" || got["tier"] != "back" {
-		t.Errorf("labels = %v, want west's team kept and east's new tier", got)
-	}
-	if got := res.Import.Annotations["owner"]; got != "payments" {
-		t.Errorf("annotation owner = %q, want west's payments kept", got)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
+// sliceAnnotationKeys are the annotations we own on hub EndpointSlices.
+var sliceAnnotationKeys = []string{AnnotationExportRecord}
+
 // sliceLabelKeys are the labels we own on hub EndpointSlices.
 var sliceLabelKeys = []string{
 	discoveryv1.LabelServiceName,

@@ -56,12 +56,21 @@ func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoin
 //  3. a new slice and a deleted slice of the same address type become one
 //     update of the deleted slice.
 //
+// Every slice carries src.Record. A source without endpoints has one empty
+// placeholder slice, as upstream writes for a Service without endpoints: it
+// holds the record, so the hub knows the export.
+//
 // The result depends only on the content of its inputs, not on their order,
 // and is empty when existing is in sync.
 func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 	namespace, service, cluster := src.Service.Namespace, src.Service.Name, src.Cluster
 	labels := SliceLabels(namespace, service, cluster)
+	var annotations map[string]string
+	if src.Record != "" {
+		annotations = map[string]string{AnnotationExportRecord: src.Record}
+	}
 	groups := desiredGroups(src)
+	placeholder := placeholderGroup(src, groups)
 
 	var toUpdate []*plannedSlice
 	var toDelete []*SliceDigest
@@ -76,8 +85,16 @@ func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 			continue
 		}
 		ps, dirty := keepDesired(es, g)
-		dirty = dirty || !ownedEqual(labels, es.Labels, sliceLabelKeys)
+		dirty = dirty || !ownedEqual(labels, es.Labels, sliceLabelKeys) ||
+			!ownedEqual(annotations, es.Annotations, sliceAnnotationKeys)
 		switch {
+		case g == placeholder && len(changed[g])+len(unchanged[g]) == 0:
+			// The first slice of the placeholder's type stays, emptied.
+			if dirty {
+				changed[g] = append(changed[g], ps)
+			} else {
+				unchanged[g] = append(unchanged[g], ps)
+			}
 		case len(ps.endpoints) == 0:
 			toDelete = append(toDelete, es)
 		case dirty:
@@ -109,6 +126,9 @@ func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 			rest = ps.fill(rest)
 			toCreate = append(toCreate, ps)
 		}
+		if g == placeholder && len(updating)+len(unchanged[g]) == 0 {
+			toCreate = append(toCreate, &plannedSlice{group: g})
+		}
 		toUpdate = append(toUpdate, updating...)
 	}
 
@@ -131,10 +151,10 @@ func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 	var plan SlicePlan
 	names := newSliceNamer(existing, namespace, service, cluster)
 	for _, ps := range created {
-		plan.Create = append(plan.Create, ps.object(names.next(), namespace, labels))
+		plan.Create = append(plan.Create, ps.object(names.next(), namespace, labels, annotations))
 	}
 	for _, ps := range toUpdate {
-		plan.Update = append(plan.Update, ps.object("", namespace, labels))
+		plan.Update = append(plan.Update, ps.object("", namespace, labels, annotations))
 	}
 	for _, es := range toDelete {
 		plan.Delete = append(plan.Delete, es.Meta())
@@ -197,6 +217,20 @@ func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) 
 	return ps, dirty || hashEndpoints(ps.endpoints) != es.Hash
 }
 
+// placeholderGroup returns the group of src's placeholder slice, added to
+// groups, when src has no endpoints; else nil.
+func placeholderGroup(src Source, groups map[string]*sliceGroup) *sliceGroup {
+	for _, g := range groups {
+		if len(g.endpoints) > 0 {
+			return nil
+		}
+	}
+	clear(groups)
+	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[string]*discoveryv1.Endpoint{}}
+	groups[groupKey(g.addressType, nil)] = g
+	return g
+}
+
 // remainingEndpoints returns the endpoints of g not yet placed, sorted.
 func remainingEndpoints(g *sliceGroup) []*discoveryv1.Endpoint {
 	rest := slices.Collect(maps.Values(g.endpoints))
@@ -239,7 +273,7 @@ func compareEndpoints(a, b *discoveryv1.Endpoint) int {
 
 // object returns the planned slice as a new object. New slices get name;
 // existing ones keep their metadata with our labels applied.
-func (s *plannedSlice) object(name, namespace string, labels map[string]string) *discoveryv1.EndpointSlice {
+func (s *plannedSlice) object(name, namespace string, labels, annotations map[string]string) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
 		AddressType: s.group.addressType,
 		Ports:       sortedPorts(s.group.ports),
@@ -250,12 +284,14 @@ func (s *plannedSlice) object(name, namespace string, labels map[string]string) 
 		hubEndpointInto(ep, &out.Endpoints[i])
 	}
 	if s.existing == nil {
-		out.Name, out.Namespace, out.Labels = name, namespace, maps.Clone(labels)
+		out.Name, out.Namespace = name, namespace
+		out.Labels, out.Annotations = maps.Clone(labels), maps.Clone(annotations)
 		return out
 	}
 	out.TypeMeta = s.existing.TypeMeta
 	s.existing.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Labels = mergeOwned(labels, out.Labels, sliceLabelKeys)
+	out.Annotations = mergeOwned(annotations, out.Annotations, sliceAnnotationKeys)
 	return out
 }
 

@@ -23,7 +23,7 @@ func TestPlanSlicesSizing(t *testing.T) {
 		endpoints int
 		sizes     []int
 	}{
-		{endpoints: 0},
+		{endpoints: 0, sizes: []int{0}}, // the placeholder
 		{endpoints: 1, sizes: []int{1}},
 		{endpoints: 100, sizes: []int{100}},
 		{endpoints: 101, sizes: []int{100, 1}},
@@ -252,10 +252,16 @@ func TestPlanSlicesEndpointsRemoved(t *testing.T) {
 		t.Errorf("got %s, want update of %s and delete of %s", describe(plan), state[0].Name, state[2].Name)
 	}
 
-	// Everything removed: every slice goes.
+	// Everything removed: the first slice becomes the empty placeholder
+	// and the others go.
 	plan = PlanSlices(testSource(), digests(state))
-	if !slices.Equal(names(plan.Delete), names(state)) || len(plan.Create)+len(plan.Update) != 0 {
-		t.Errorf("empty source: got %s", describe(plan))
+	if !slices.Equal(names(plan.Delete), names(state[1:])) || !slices.Equal(names(plan.Update), names(state[:1])) ||
+		len(plan.Create) != 0 || len(plan.Update[0].Endpoints)+len(plan.Update[0].Ports) != 0 {
+		t.Errorf("empty source: got %s, want %s emptied and the others deleted", describe(plan), state[0].Name)
+	}
+	// The placeholder is in sync once written.
+	if again := PlanSlices(testSource(), digests(apply(t, state, plan))); !again.Empty() {
+		t.Errorf("placeholder not in sync: %s", describe(again))
 	}
 }
 

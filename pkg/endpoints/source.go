@@ -17,6 +17,9 @@ type Source struct {
 	Service *corev1.Service
 	// Slices are the member's EndpointSlices of Service; read-only.
 	Slices []*discoveryv1.EndpointSlice
+	// Record is the export record (see ExportRecord) every hub slice of the
+	// source carries; empty for none.
+	Record string
 }
 
 // ipSlices returns the IPv4 and IPv6 slices of s sorted by name, so that any

@@ -3,9 +3,11 @@ package sync
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -16,72 +18,24 @@ import (
 const ReasonExportConflict = "ExportConflict"
 
 // syncClusterSet writes the objects merged across members for one service:
-// the ServiceImport and its derived Service. Nothing is written while a
-// registered member is still within its first sync: merging without it would
-// drop its ports and cluster entry for a moment on every restart; the key
-// waits for the member to settle. A member past its sync timeout no longer
-// holds the merge back; until it syncs, its export as the hub last recorded
-// it stands in for it, and the key waits for its sync to merge it for real.
+// the ServiceImport and its derived Service. It merges the export records
+// the hub holds on each registered member's slices (readExports), never a
+// member's caches: a member that is unreachable or has not synced since the
+// daemon started counts as the hub last recorded it, and the keys of
+// different members may be synced by different workers, or replicas.
 func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if !c.members.SecretsSynced() {
 		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
-	var exports []endpoints.Export
-	var statuses []exportStatus
-	var pending []string
-	for _, name := range c.members.Names() {
-		m := c.members.Member(name)
-		if m == nil {
-			continue
-		}
-		if !m.HasSynced() {
-			if !m.SyncTimedOut() {
-				c.waitFor(key, waitMemberSettled(name), func() bool { return c.memberSettled(name) })
-				return nil
-			}
-			pending = append(pending, name)
-			continue
-		}
-		svc, err := m.ServiceLister().Services(key.Namespace).Get(key.Name)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		if apierrors.IsNotFound(err) {
-			svc = nil
-		}
-		if c.writesExportStatus() {
-			if se := m.ServiceExport(key.Namespace, key.Name); se != nil {
-				statuses = append(statuses, exportStatus{cluster: name, member: m, export: se, service: svc})
-			}
-		}
-		if e, ok := c.opts.Export.export(name, m, svc); ok {
-			exports = append(exports, e)
-		}
-	}
-
-	for _, name := range pending {
-		c.waitFor(key, waitMemberSynced(name), func() bool { return c.memberSynced(name) })
-	}
-	if len(exports) == 0 && len(pending) > 0 {
-		return nil // keep what the hub has until they sync
+	exports, complete, err := c.readExports(key)
+	if err != nil || !complete {
+		return err
 	}
 	var want *endpoints.ImportResult
 	if len(exports) > 0 {
 		if ok, err := c.ensureNamespace(ctx, key); !ok {
 			return err
-		}
-		var liveImp *mcsv1beta1.ServiceImport
-		if len(pending) > 0 {
-			var err error
-			if liveImp, err = c.liveImport(key.Namespace, key.Name); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-		}
-		for _, name := range pending {
-			if e, ok := endpoints.LastKnownExport(name, liveImp, c.lastKnownPerCluster(key, name)); ok {
-				exports = append(exports, e)
-			}
 		}
 		res := endpoints.MergeImport(key.Namespace, key.Name, exports)
 		want = &res
@@ -89,17 +43,22 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 
 	// Plan and apply until the plan is empty: each round plans on what the
 	// previous one wrote (see endpoints.ImportPlan).
-	for range importRounds {
+	var before *mcsv1beta1.ServiceImport
+	for round := range importRounds {
 		view, holder, err := c.readImport(ctx, key)
 		if err != nil {
 			return err
 		}
+		if round == 0 {
+			before = view.Import
+		}
 		plan := endpoints.PlanImport(want, view)
 		if plan.Empty() {
+			c.queueExportStatuses(key, before, view.Import)
 			if holder != nil && want != nil {
 				return c.conflict(resourceServiceImport, holder, key)
 			}
-			return c.writeExportStatuses(ctx, statuses, conflicts(want))
+			return nil
 		}
 		if err := c.applyImport(ctx, key, plan, conflicts(want)); err != nil {
 			return err
@@ -108,22 +67,81 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	return fmt.Errorf("%s: %w", key, errNoFixedPoint)
 }
 
+// readExports returns the exports of a clusterset key's service as the hub
+// records them, one per registered member that has slices for it.
+// complete is false when a member's slices carry no readable record (written
+// by an older version, or edited by someone): the merge would lose that
+// member, so nothing is written; the member's sync rewrites the record and
+// queues the key.
+func (c *Controller) readExports(key Key) (exports []endpoints.Export, complete bool, err error) {
+	for _, name := range c.members.Names() {
+		if c.members.Member(name) == nil {
+			continue
+		}
+		src := Key{Cluster: name, Namespace: key.Namespace, Name: key.Name}
+		hubSlices, err := c.hubSlices(src)
+		if err != nil {
+			return nil, false, err
+		}
+		record, ok := endpoints.SourceRecord(key.Namespace, key.Name, name, hubSlices)
+		if !ok {
+			continue
+		}
+		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
+		if err != nil {
+			klog.V(2).InfoS("Export record unreadable; the merge waits for the member's sync", "key", src.String(), "err", err)
+			return nil, false, nil
+		}
+		exports = append(exports, e)
+	}
+	return exports, true, nil
+}
+
+// queueExportStatuses queues the member keys of the clusters a ServiceImport
+// listed before a clusterset sync or lists after it, when the sync changed
+// what the import tells them: which clusters it lists, or its Conflict
+// condition. Their syncs copy it onto the members' ServiceExports.
+func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
+	if !c.writesExportStatus() || (before != nil) == (after != nil) && exportFacing(before) == exportFacing(after) {
+		return
+	}
+	clusters := map[string]bool{}
+	for _, imp := range []*mcsv1beta1.ServiceImport{before, after} {
+		if imp == nil {
+			continue
+		}
+		for _, s := range imp.Status.Clusters {
+			clusters[s.Cluster] = true
+		}
+	}
+	for cluster := range clusters {
+		c.follow(key, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name})
+	}
+}
+
+// exportFacing is what a ServiceImport tells its exports: the clusters it
+// lists and its Conflict condition (status, reason, message).
+func exportFacing(imp *mcsv1beta1.ServiceImport) string {
+	if imp == nil {
+		return ""
+	}
+	clusters := make([]string, 0, len(imp.Status.Clusters))
+	for _, s := range imp.Status.Clusters {
+		clusters = append(clusters, s.Cluster)
+	}
+	slices.Sort(clusters)
+	out := strings.Join(clusters, ",")
+	if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c != nil {
+		out += "\n" + string(c.Status) + "\n" + c.Reason + "\n" + c.Message
+	}
+	return out
+}
+
 func conflicts(res *endpoints.ImportResult) []endpoints.Conflict {
 	if res == nil {
 		return nil
 	}
 	return res.Conflicts
-}
-
-// lastKnownPerCluster returns the per-cluster Service written for the
-// service key in cluster, or nil.
-func (c *Controller) lastKnownPerCluster(key Key, cluster string) *corev1.Service {
-	name, _ := endpoints.PerClusterName(key.Name, cluster)
-	svc, err := c.liveService(key.Namespace, name)
-	if err != nil || !ownedBy(svc, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name}) {
-		return nil
-	}
-	return svc
 }
 
 // reportConflicts tells about disagreeing exports on the ServiceImport, once

@@ -33,9 +33,6 @@ import (
 type Member interface {
 	// HasSynced reports whether the member's caches hold a full view.
 	HasSynced() bool
-	// SyncTimedOut reports whether the member failed to sync within its
-	// sync timeout (it keeps trying).
-	SyncTimedOut() bool
 	ServiceLister() corelisters.ServiceLister
 	// EndpointSlices returns the member's slices of one service; read-only.
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
@@ -356,6 +353,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 
 	start := time.Now()
 	err := c.sync(ctx, key)
+	c.lanes.finish(key)
 	c.metrics.SyncDuration.Observe(time.Since(start).Seconds())
 	var conflict *conflictError
 	switch {

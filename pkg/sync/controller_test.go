@@ -220,7 +220,9 @@ func TestSyncClusterSetWritesImportAndDerivedService(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil)
 	for _, c := range []string{"c1", "c2"} {
 		_ = f.member(c).services.Add(service("shop", "cart"))
+		f.sync(Key{Cluster: c, Namespace: "shop", Name: "cart"}) // records the export
 	}
+	f.resetActions()
 	key := cartC1.ClusterSet()
 	f.sync(key)
 	derived := endpoints.DerivedServiceName("shop", "cart")
@@ -253,7 +255,9 @@ func TestSyncClusterSetWritesImportAndDerivedService(t *testing.T) {
 	// The last export goes: import and derived Service go with it.
 	for _, c := range []string{"c1", "c2"} {
 		_ = f.members.members[c].services.Delete(service("shop", "cart"))
+		f.sync(Key{Cluster: c, Namespace: "shop", Name: "cart"}) // withdraws the record
 	}
+	f.resetActions()
 	f.sync(key)
 	want = []string{"delete serviceimports shop/cart", "delete services shop/" + derived}
 	if got := f.writes(); !reflect.DeepEqual(got, want) {
@@ -321,7 +325,10 @@ func TestExportPolicy(t *testing.T) {
 	}
 }
 
-func TestSyncClusterSetWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
+// A member key writes its ServiceExport's conditions from its Service and
+// the hub's ServiceImport: Pending until the import lists it, then the
+// import's Conflict condition on every export; nothing once in line.
+func TestSyncWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
 	f := newFixture(t, Options{Export: ExportPolicy{Mode: ExportServiceExport}, WriteExportStatus: true}, nil, nil)
 	export := func(m *fakeMember, created int64) {
 		m.exports["shop/cart"] = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
@@ -332,22 +339,39 @@ func TestSyncClusterSetWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
 	_ = west.services.Add(service("shop", "cart", corev1.ServicePort{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}))
 	export(east, 100) // oldest: its port wins
 	export(west, 200)
+	members := map[string]*fakeMember{"east": east, "west": west}
+	eastKey, westKey := Key{Cluster: "east", Namespace: "shop", Name: "cart"}, Key{Cluster: "west", Namespace: "shop", Name: "cart"}
+	key := eastKey.ClusterSet()
 
-	key := Key{Namespace: "shop", Name: "cart"}
+	f.sync(eastKey)
+	f.sync(westKey)
+	for name, m := range members {
+		ready := meta.FindStatusCondition(m.exports["shop/cart"].Status.Conditions, "Ready")
+		if len(m.statusWrites) != 1 || ready == nil || ready.Reason != "Pending" {
+			t.Fatalf("%s before the import: %d status writes, Ready %+v", name, len(m.statusWrites), ready)
+		}
+	}
+	queued := f.ctrl.queue.Len()
 	f.sync(key)
-	for name, m := range map[string]*fakeMember{"east": east, "west": west} {
-		if len(m.statusWrites) != 1 {
-			t.Fatalf("%s: %d status writes, want 1", name, len(m.statusWrites))
+	if n := f.ctrl.queue.Len() - queued; n != 2 {
+		t.Errorf("the import's first status queued %d keys, want the 2 member keys", n)
+	}
+	f.sync(eastKey)
+	f.sync(westKey)
+	imp, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	ic := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict)
+	if ic == nil || ic.Status != metav1.ConditionTrue {
+		t.Errorf("ServiceImport Conflict condition = %+v", ic)
+	}
+	for name, m := range members {
+		if len(m.statusWrites) != 2 {
+			t.Fatalf("%s: %d status writes, want 2", name, len(m.statusWrites))
 		}
 		c := meta.FindStatusCondition(m.exports["shop/cart"].Status.Conditions, endpoints.ConditionConflict)
 		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(endpoints.PortConflict) ||
-			!strings.Contains(c.Message, "west") || !strings.Contains(c.Message, "east") {
+			!strings.Contains(c.Message, "west") || !strings.Contains(c.Message, "east") || (ic != nil && c.Message != ic.Message) {
 			t.Errorf("%s Conflict condition = %+v", name, c)
 		}
-	}
-	imp, _ := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
-	if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("ServiceImport Conflict condition = %+v", c)
 	}
 	if len(imp.Spec.Ports) != 1 || imp.Spec.Ports[0].Port != 80 {
 		t.Errorf("import ports = %+v, want east's port 80", imp.Spec.Ports)
@@ -355,16 +379,20 @@ func TestSyncClusterSetWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
 
 	// Nothing changed: no member or hub writes.
 	f.resetActions()
-	f.sync(key)
-	if got := f.writes(); len(got) != 0 || len(east.statusWrites) != 1 || len(west.statusWrites) != 1 {
-		t.Fatalf("in-sync sync wrote: hub %q, east %d, west %d status writes", got, len(east.statusWrites), len(west.statusWrites))
+	for _, k := range []Key{eastKey, westKey, key} {
+		f.sync(k)
+	}
+	if got := f.writes(); len(got) != 0 || len(east.statusWrites) != 2 || len(west.statusWrites) != 2 {
+		t.Fatalf("in-sync syncs wrote: hub %q, east %d, west %d status writes", got, len(east.statusWrites), len(west.statusWrites))
 	}
 
 	// west turns into an ExternalName Service: invalid, never imported.
 	ext := service("shop", "cart")
 	ext.Spec.Type = corev1.ServiceTypeExternalName
 	_ = west.services.Update(ext)
-	f.sync(key)
+	for _, k := range []Key{westKey, key, eastKey} {
+		f.sync(k)
+	}
 	valid := meta.FindStatusCondition(west.exports["shop/cart"].Status.Conditions, "Valid")
 	if valid == nil || valid.Status != metav1.ConditionFalse || valid.Reason != "InvalidServiceType" {
 		t.Errorf("west Valid = %+v", valid)
@@ -433,10 +461,11 @@ func TestUnreachablePolicyMarksNotReadyThenWithdraws(t *testing.T) {
 	}
 }
 
-// A member that has not synced since the daemon started, past its sync
-// timeout, keeps its place in the merged import as the hub last recorded
-// it, also when another member's export changes the merge.
-func TestSyncClusterSetKeepsLastKnownExportOfUnsyncedMember(t *testing.T) {
+// The merge reads the exports the hub records on each member's slices, not
+// member caches: a member that has not synced since the daemon started
+// counts as last recorded, its record taking part in the merge like any
+// other, and it leaves the import once its own sync withdraws the record.
+func TestSyncClusterSetMergesTheRecordsInTheHub(t *testing.T) {
 	for _, mode := range []endpoints.PerClusterMode{endpoints.PerClusterMirror, endpoints.PerClusterOff} {
 		t.Run(string(mode), func(t *testing.T) {
 			f := newFixture(t, Options{PerClusterServices: mode}, nil, nil)
@@ -445,17 +474,28 @@ func TestSyncClusterSetKeepsLastKnownExportOfUnsyncedMember(t *testing.T) {
 			_ = f.member("c1").services.Add(service("shop", "cart", http))
 			c2 := f.member("c2")
 			_ = c2.services.Add(service("shop", "cart", http, metrics))
-			for _, k := range []Key{cartC1, {Cluster: "c2", Namespace: "shop", Name: "cart"}, cartC1.ClusterSet()} {
+			c2Key := Key{Cluster: "c2", Namespace: "shop", Name: "cart"}
+			for _, k := range []Key{cartC1, c2Key, cartC1.ClusterSet()} {
 				f.sync(k)
 			}
 
-			// The daemon restarts; c2 does not sync in time and c1's Service changes.
+			// The daemon restarts; c2 does not sync and c1's Service changes.
 			c2.synced = false
+			_ = c2.services.Delete(service("shop", "cart")) // unseen: c2 has not synced
 			changed := service("shop", "cart", http)
-			changed.Labels = map[string]string{"touched": "true"}
 			changed.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			_ = f.members.members["c1"].services.Update(changed)
 			f.resetActions()
+			for f.ctrl.queue.Len() > 0 {
+				k, _ := f.ctrl.queue.Get()
+				f.ctrl.queue.Done(k)
+			}
+			f.sync(cartC1)
+			if n := f.ctrl.queue.Len(); n != 1 {
+				t.Errorf("a changed record queued %d keys, want the clusterset key alone", n)
+			} else if k, _ := f.ctrl.queue.Get(); k != cartC1.ClusterSet() {
+				t.Errorf("a changed record queued %s, want the clusterset key", k)
+			}
 			f.sync(cartC1.ClusterSet())
 
 			imp, err := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
@@ -476,16 +516,15 @@ func TestSyncClusterSetKeepsLastKnownExportOfUnsyncedMember(t *testing.T) {
 				t.Errorf("ports = %q, want %q", ports, want)
 			}
 			if imp.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
-				t.Errorf("sessionAffinity = %q: the live export must set the import's properties", imp.Spec.SessionAffinity)
+				t.Errorf("sessionAffinity = %q, want c1's (oldest export, then cluster name)", imp.Spec.SessionAffinity)
 			}
-			for _, c := range imp.Status.Conditions {
-				if c.Type == "Conflict" && c.Status == metav1.ConditionTrue {
-					t.Errorf("a remembered export was reported in a conflict: %+v", c)
-				}
+			if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c == nil ||
+				c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "c2") {
+				t.Errorf("Conflict = %+v, want c2's recorded affinity in conflict", c)
 			}
 			// Once c2 syncs without its export, the import follows it.
 			c2.synced = true
-			_ = c2.services.Delete(service("shop", "cart"))
+			f.sync(c2Key)
 			f.sync(cartC1.ClusterSet())
 			imp, _ = f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
 			if len(imp.Status.Clusters) != 1 || len(imp.Spec.Ports) != 1 {

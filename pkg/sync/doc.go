@@ -1,13 +1,28 @@
 // Package sync is the controller that keeps the hub in line with its members.
 //
 // Member and hub informers feed one typed, rate-limited workqueue keyed
-// {Cluster, Namespace, Name}. A key with a cluster owns the hub objects sourced
-// from that one member service (per-cluster Service and Endpoints, MCS
-// EndpointSlices); a key without one (a clusterset key) owns the objects that
-// merge across members (ServiceImport and derived Service). Workers compute
-// the desired objects with package endpoints, compare them with the hub's
-// caches and write only what differs. Nothing is periodic: every sync is
-// computed from caches, so running it again writes nothing.
+// {Cluster, Namespace, Name}. A key with a cluster (a member key) owns the hub
+// objects sourced from that one member service (per-cluster Service and
+// Endpoints, MCS EndpointSlices) and the conditions of its ServiceExport; a
+// key without one (a clusterset key) owns the objects that merge across
+// members (ServiceImport and derived Service). Workers compute the desired
+// objects with package endpoints, compare them with the hub's caches and
+// write only what differs. Nothing is periodic: every sync is computed from
+// caches, so running it again writes nothing.
+//
+// # Who reads what
+//
+// Only a member key reads its member's caches. It records the export on the
+// hub slices it writes (endpoints.ExportRecord); a clusterset key merges
+// those records for the registered members and never reads a member. So a
+// member that is unreachable, or has not synced since the daemon started,
+// counts as the hub last recorded it, and the member keys of different
+// members could be handed to different replicas. The member key in turn
+// copies what the merged import says of the exports (listed, Conflict) onto
+// its ServiceExport. Each side queues the other when what it wrote changes
+// what the other reads: a changed record queues the clusterset key (as do
+// slice events, echoes included, and an expired write of a slice), and an
+// import whose clusters or Conflict condition changed queues the member keys.
 //
 // # Convergence: no deferral without a wake-up
 //
@@ -23,10 +38,10 @@
 //     and returns nil. The transition that makes the precondition hold wakes
 //     exactly the keys recorded against it (Controller.wake). The
 //     preconditions and their transitions are:
-//     a member's first sync (ClusterSynced), a member settled, i.e. synced or
-//     past its sync timeout (ClusterSynced, ClusterSyncTimedOut), the member
-//     registrations known (startup), a hub namespace (its add event). A
-//     member that is removed wakes what waited for it.
+//     a member's first sync (ClusterSynced), the member registrations known
+//     (startup), a hub namespace (its add event). A member that is removed
+//     wakes what waited for it. Nothing waits for a member's sync timeout:
+//     the merge does not wait for members at all.
 //   - waitFor checks the precondition again after recording, so a transition
 //     that races the sync is never missed.
 //   - A write that the hub cache has not shown yet is read back from the

@@ -26,6 +26,7 @@ type wantSource struct {
 	svc    *corev1.Service // nil when a foreign object holds its name
 	eps    *corev1.Endpoints
 	slices []*discoveryv1.EndpointSlice
+	record string // the export record every slice carries
 }
 
 type wantImport struct {
@@ -49,15 +50,16 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 			}
 			k := Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}
 			src, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: m.truthSlices(svc.Namespace, svc.Name)})
-			ws := &wantSource{slices: endpoints.PlanSlices(src, nil).Create}
+			e := endpoints.Export{Cluster: cluster, Service: svc, Created: se.CreationTimestamp,
+				ExportedLabels: se.Spec.ExportedLabels, ExportedAnnotations: se.Spec.ExportedAnnotations}
+			ws := &wantSource{slices: endpoints.PlanSlices(src, nil).Create, record: endpoints.ExportRecord(e)}
 			name, _ := endpoints.PerClusterName(svc.Name, cluster)
 			if _, taken := foreign[resourceService+"/"+svc.Namespace+"/"+name]; !taken {
 				ws.svc = endpoints.PerClusterService(src, endpoints.PerClusterMirror)
 				ws.eps = endpoints.PerClusterEndpoints(src)
 			}
 			want.perCluster[k] = ws
-			exports[k.ClusterSet()] = append(exports[k.ClusterSet()], endpoints.Export{Cluster: cluster, Service: svc, Created: se.CreationTimestamp,
-				ExportedLabels: se.Spec.ExportedLabels, ExportedAnnotations: se.Spec.ExportedAnnotations})
+			exports[k.ClusterSet()] = append(exports[k.ClusterSet()], e)
 		}
 	}
 	for k, ex := range exports {
@@ -170,6 +172,7 @@ func (w *world) check() error {
 	// MCS slices, compared endpoint by endpoint: how they are packed is the
 	// planner's business.
 	got := map[Key][]string{}
+	recorded := map[Key]bool{}
 	for _, o := range w.srv.list(resourceEndpointSlice) {
 		s := o.(*discoveryv1.EndpointSlice)
 		if !watched(resourceEndpointSlice, s) {
@@ -182,9 +185,16 @@ func (w *world) check() error {
 		if len(s.Endpoints) > endpoints.MaxEndpointsPerSlice {
 			return fmt.Errorf("slice %s/%s holds %d endpoints", s.Namespace, s.Name, len(s.Endpoints))
 		}
+		if r := s.Annotations[endpoints.AnnotationExportRecord]; r != want.perCluster[k].record {
+			return fmt.Errorf("slice %s/%s records export %s, want %s", s.Namespace, s.Name, r, want.perCluster[k].record)
+		}
+		recorded[k] = true
 		got[k] = append(got[k], sliceContent(s)...)
 	}
 	for k, ws := range want.perCluster {
+		if !recorded[k] {
+			return fmt.Errorf("no hub slice records the export of %s", k)
+		}
 		var exp []string
 		for _, s := range ws.slices {
 			exp = append(exp, sliceContent(s)...)

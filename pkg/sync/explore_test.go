@@ -621,9 +621,7 @@ func (w *world) enabled() []step {
 		sync := step{"sync", func() {
 			writes := w.srv.writes
 			w.ctrl.processNext(w.ctx)
-			if w.srv.writes != writes {
-				w.log("sync %s: %d writes", w.queue.last, w.srv.writes-writes)
-			}
+			w.log("sync %s: %d writes", w.queue.last, w.srv.writes-writes)
 		}}
 		out = append(out, sync, sync, sync)
 	}

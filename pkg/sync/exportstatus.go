@@ -3,21 +3,12 @@ package sync
 import (
 	"context"
 
-	"github.com/hashicorp/go-multierror"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
-
-// exportStatus is one member ServiceExport whose conditions we maintain.
-type exportStatus struct {
-	cluster string
-	member  Member
-	export  *mcsv1beta1.ServiceExport // from the member's cache: read-only
-	service *corev1.Service           // nil when the member has no such Service
-}
 
 // writesExportStatus reports whether ServiceExport conditions are written
 // back to members: only in MCS mode, and only when allowed.
@@ -25,27 +16,41 @@ func (c *Controller) writesExportStatus() bool {
 	return c.opts.Export.Mode == ExportServiceExport && c.opts.WriteExportStatus
 }
 
-// writeExportStatuses brings each member ServiceExport's Valid, Ready and
-// Conflict conditions in line, writing only those that changed. An
-// unreachable member is skipped, so a worker never waits on it: its
-// recovery queues the merged keys again.
-func (c *Controller) writeExportStatuses(ctx context.Context, statuses []exportStatus, conflicts []endpoints.Conflict) error {
-	var errs *multierror.Error
-	for _, s := range statuses {
-		if _, down := s.member.UnreachableSince(); down {
-			continue
-		}
-		want := endpoints.ExportConditions(s.service, conflicts, s.export.Generation)
-		conds, changed := endpoints.SetConditions(s.export.Status.Conditions, want)
-		if !changed {
-			continue
-		}
-		err := s.member.PatchServiceExportConditions(ctx, s.export, conds)
-		c.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
-		if err != nil {
-			klog.V(2).InfoS("Writing ServiceExport conditions failed", "cluster", s.cluster, "serviceExport", klog.KObj(s.export), "err", err)
-		}
-		errs = multierror.Append(errs, err)
+// syncExportStatus brings the Valid, Ready and Conflict conditions of a
+// member key's ServiceExport in line with its Service and the hub's
+// ServiceImport, writing only what changed. An unreachable member is
+// skipped, so a worker never waits on it: its recovery queues its keys
+// again. A clusterset sync that changes what the import says of the
+// exports queues the keys of its clusters (queueExportStatuses).
+func (c *Controller) syncExportStatus(ctx context.Context, key Key, m Member, svc *corev1.Service) error {
+	if m == nil || !c.writesExportStatus() {
+		return nil
 	}
-	return errs.ErrorOrNil()
+	se := m.ServiceExport(key.Namespace, key.Name)
+	if se == nil {
+		return nil
+	}
+	if _, down := m.UnreachableSince(); down {
+		return nil
+	}
+	imp, err := c.liveImport(key.Namespace, key.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		imp = nil
+	case err != nil:
+		return err
+	case !ownedBy(imp, key.ClusterSet()):
+		imp = nil // someone else's: it says nothing of our merge
+	}
+	want := endpoints.ExportConditions(svc, imp, key.Cluster, se.Generation)
+	conds, changed := endpoints.SetConditions(se.Status.Conditions, want)
+	if !changed {
+		return nil
+	}
+	err = m.PatchServiceExportConditions(ctx, se, conds)
+	c.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
+	if err != nil {
+		klog.V(2).InfoS("Writing ServiceExport conditions failed", "cluster", key.Cluster, "serviceExport", klog.KObj(se), "err", err)
+	}
+	return err
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // Event handlers only map objects to keys. They never write and never block.
@@ -21,16 +23,15 @@ import (
 // EventHandlers returns the handlers for one member's informers. It satisfies
 // the member registry's callback interface.
 func (c *Controller) EventHandlers(cluster string) (services, slices, exports cache.ResourceEventHandler) {
-	// A Service or ServiceExport change can change the merged import, so it
-	// queues the clusterset key too; a slice change cannot.
-	both := func(obj interface{}, bulk, _ bool) {
+	// A member change queues the member key only: its sync records the
+	// export in the hub and queues the clusterset key when the record
+	// changed.
+	service := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
 		}
-		k := Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}
-		c.add(k, bulk)
-		c.addFor(cluster, k.ClusterSet(), bulk)
+		c.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, bulk)
 	}
 	slice := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
@@ -55,7 +56,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		}
 		slice(cur, false, false)
 	}
-	return changeHandler(both), sliceHandler, changeHandler(both)
+	return changeHandler(service), sliceHandler, changeHandler(service)
 }
 
 // ClusterSynced queues everything a newly synced (or rotated) member may
@@ -72,15 +73,10 @@ func (c *Controller) ClusterSynced(cluster string) {
 			if !c.opts.Export.NamespaceSelected(s.Namespace) {
 				continue
 			}
-			k := Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}
-			c.add(k, true)
-			c.addFor(cluster, k.ClusterSet(), true)
+			c.add(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, true)
 		}
 	}
 	c.enqueueClusterObjects(cluster)
-	// Merged imports wait for members in their first sync; one may list
-	// this member although nothing else in the hub remembers it.
-	c.enqueueImportsOf(cluster)
 	c.wakeMember(cluster)
 	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
 }
@@ -114,7 +110,8 @@ func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 }
 
 // ClusterRemoved queues every hub object sourced from a removed member, which
-// withdraws them, and the merged objects it contributed to.
+// withdraws them, and the merged objects it contributed to: they drop it at
+// once, as they merge only registered members.
 func (c *Controller) ClusterRemoved(cluster string) {
 	c.enqueueClusterObjects(cluster)
 	c.enqueueImportsOf(cluster)
@@ -138,8 +135,8 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 }
 
 // enqueueClusterObjects queues the keys of every hub object sourced from a
-// cluster, and their clusterset keys: an export that went away while the
-// daemon could not see the cluster must leave the merged import too.
+// cluster, and their clusterset keys, whose merge reads the records on that
+// cluster's slices.
 func (c *Controller) enqueueClusterObjects(cluster string) {
 	for _, k := range c.written.ownersIn(cluster) {
 		c.add(k, true)
@@ -175,12 +172,48 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // hubHandler handles the events of one hub cache: it tells written what the
 // cache has seen and queues the owner of any change that is not the echo of
 // our own write, so that a change made by someone else is undone.
+//
+// Slice events, echoes included, also queue the clusterset key whose merge
+// reads the export record on the slice, when the record may have changed
+// for a reader of the cache: the slice came or went, or its record differs.
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
-	return changeHandler(func(obj interface{}, initialList, gone bool) {
+	h := changeHandler(func(obj interface{}, initialList, gone bool) {
 		if !c.written.seen(resource, obj, gone) {
 			c.enqueueHub(resource, obj, initialList)
 		}
 	})
+	if resource != resourceEndpointSlice {
+		return h
+	}
+	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
+	h.AddFunc = func(obj interface{}, initialList bool) {
+		add(obj, initialList)
+		c.enqueueMerge(obj, initialList)
+	}
+	h.UpdateFunc = func(old, cur interface{}) {
+		update(old, cur)
+		o, err1 := metaOf(old)
+		n, err2 := metaOf(cur)
+		if err1 == nil && err2 == nil && o.GetAnnotations()[endpoints.AnnotationExportRecord] != n.GetAnnotations()[endpoints.AnnotationExportRecord] {
+			c.enqueueMerge(cur, false)
+		}
+	}
+	h.DeleteFunc = func(obj interface{}) {
+		remove(obj)
+		c.enqueueMerge(obj, false)
+	}
+	return h
+}
+
+// enqueueMerge queues the clusterset key of the source of one of our slices.
+func (c *Controller) enqueueMerge(obj interface{}, bulk bool) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return
+	}
+	if k, ok := ownerOf(resourceEndpointSlice, m); ok && !k.IsClusterSet() {
+		c.addFor(k.Cluster, k.ClusterSet(), bulk)
+	}
 }
 
 // enqueueHub queues the key that owns one of our hub objects of resource,
@@ -250,16 +283,14 @@ func metaOf(obj interface{}) (metav1.Object, error) {
 	return m, nil
 }
 
-// ClusterSyncTimedOut wakes the keys that waited for a member's first sync:
-// past its timeout the member no longer holds the merged imports back.
-func (c *Controller) ClusterSyncTimedOut(cluster string) {
-	c.wake(waitMemberSettled(cluster), true)
-}
+// ClusterSyncTimedOut is told when a member misses its first-sync timeout.
+// Nothing waits for it: merged imports read the hub's records of the
+// member, and its own keys wait for its sync.
+func (c *Controller) ClusterSyncTimedOut(string) {}
 
 // wakeMember wakes what waited for a member that synced or went away.
 func (c *Controller) wakeMember(cluster string) {
 	c.wake(waitMemberSynced(cluster), true)
-	c.wake(waitMemberSettled(cluster), true)
 }
 
 // memberSynced reports whether a member has synced; a member no longer
@@ -269,9 +300,13 @@ func (c *Controller) memberSynced(cluster string) bool {
 	return m == nil || m.HasSynced()
 }
 
-// memberSettled reports whether a member has synced or missed its sync
-// timeout (or is no longer registered).
-func (c *Controller) memberSettled(cluster string) bool {
-	m := c.members.Member(cluster)
-	return m == nil || m.HasSynced() || m.SyncTimedOut()
+// follow queues key, found by the sync of from, in from's lane: work that a
+// sync finds for another key is as urgent as its own. A clusterset key
+// waits in the turn of the member whose sync queued it.
+func (c *Controller) follow(from, key Key) {
+	origin := key.Cluster
+	if key.IsClusterSet() {
+		origin = from.Cluster
+	}
+	c.addFor(origin, key, c.lanes.servedBulk(from))
 }

@@ -25,6 +25,9 @@ type lanes struct {
 	// made; an add of a key being synced waits for its Done. A live add wins
 	// over a bulk one; an unmarked add (a retry) is live.
 	next map[Key]laneMark
+	// served holds the keys handed out of the bulk lane and not finished,
+	// so that what their syncs queue follows them in that lane.
+	served map[Key]bool
 }
 
 type laneMark struct {
@@ -42,7 +45,7 @@ type spot struct {
 }
 
 func newLanes() *lanes {
-	return &lanes{queued: map[Key]spot{}, next: map[Key]laneMark{}}
+	return &lanes{queued: map[Key]spot{}, next: map[Key]laneMark{}, served: map[Key]bool{}}
 }
 
 // mark says how the next add of key is made.
@@ -109,10 +112,27 @@ func (l *lanes) Pop() Key {
 	for _, t := range []*turns{&l.live, &l.bulk} {
 		if k, ok := t.pop(); ok {
 			delete(l.queued, k)
+			if t == &l.bulk {
+				l.served[k] = true
+			}
 			return k
 		}
 	}
 	return Key{}
+}
+
+// servedBulk reports whether key, being synced, came from the bulk lane.
+func (l *lanes) servedBulk(key Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.served[key]
+}
+
+// finish forgets the lane of key, whose sync is over.
+func (l *lanes) finish(key Key) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.served, key)
 }
 
 // turns is one lane: a queue per origin, served in turn.

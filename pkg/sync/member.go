@@ -14,8 +14,11 @@ import (
 )
 
 // syncMemberService writes the hub objects sourced from one member service:
-// its per-cluster Service and Endpoints and its MCS EndpointSlices. With the
-// service gone, unexported or its member unregistered, it withdraws them.
+// its MCS EndpointSlices, which also record its export for the merge (see
+// endpoints.ExportRecord), and its per-cluster Service and Endpoints. With
+// the service gone, unexported or its member unregistered, it withdraws
+// them. A changed record queues the clusterset key, which merges the
+// records; the member's ServiceExport conditions follow the merged import.
 func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	m := c.members.Member(key.Cluster)
 	switch {
@@ -29,12 +32,17 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	}
 
 	var src *endpoints.Source
+	var svc *corev1.Service
 	if m != nil {
-		svc, err := m.ServiceLister().Services(key.Namespace).Get(key.Name)
+		var err error
+		svc, err = m.ServiceLister().Services(key.Namespace).Get(key.Name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if _, ok := c.opts.Export.export(key.Cluster, m, svc); ok {
+		if apierrors.IsNotFound(err) {
+			svc = nil
+		}
+		if e, ok := c.opts.Export.export(key.Cluster, m, svc); ok {
 			slices, err := m.EndpointSlices(key.Namespace, key.Name)
 			if err != nil {
 				return err
@@ -44,6 +52,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 				c.metrics.InvalidEndpoints.Add(float64(dropped))
 				klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", dropped)
 			}
+			clean.Record = endpoints.ExportRecord(e)
 			src = c.applyUnreachablePolicy(m, &clean)
 		}
 	}
@@ -57,18 +66,24 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	if err != nil {
 		return err
 	}
+	if record, had := endpoints.SourceRecord(key.Namespace, key.Name, key.Cluster, view.Slices); had != (src != nil) || (src != nil && record != src.Record) {
+		// Queued even if a write below fails: the merge reads whatever
+		// record the hub holds then.
+		defer c.follow(key, key.ClusterSet())
+	}
 	plan := endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)
 	if err := c.applyMember(ctx, key, plan); err != nil {
 		return err
-	}
-	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
-		return c.conflict(resourceService, holder, key)
 	}
 	if src != nil && !plan.Slices.Empty() {
 		c.observePropagation(src.Slices)
 	}
 	c.recordEndpoints(key, countEndpoints(src))
-	return nil
+	statusErr := c.syncExportStatus(ctx, key, m, svc)
+	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
+		return c.conflict(resourceService, holder, key)
+	}
+	return statusErr
 }
 
 // countEndpoints counts the aggregated endpoints of a source; -1 for none.

@@ -20,9 +20,6 @@ type waitKind int
 const (
 	// memberSynced holds once a member's caches have synced.
 	memberSynced waitKind = iota
-	// memberSettled holds once a member has synced or missed its first-sync
-	// timeout: it no longer holds the merged imports back.
-	memberSettled
 	// registrationsKnown holds once the registration Secrets present at
 	// start have been processed.
 	registrationsKnown
@@ -30,10 +27,9 @@ const (
 	hubNamespace
 )
 
-func waitMemberSynced(cluster string) condition  { return condition{memberSynced, cluster} }
-func waitMemberSettled(cluster string) condition { return condition{memberSettled, cluster} }
-func waitRegistrations() condition               { return condition{kind: registrationsKnown} }
-func waitNamespace(ns string) condition          { return condition{hubNamespace, ns} }
+func waitMemberSynced(cluster string) condition { return condition{memberSynced, cluster} }
+func waitRegistrations() condition              { return condition{kind: registrationsKnown} }
+func waitNamespace(ns string) condition         { return condition{hubNamespace, ns} }
 
 // waits records which keys wait for which conditions.
 type waits struct {

@@ -179,6 +179,10 @@ func (w *written) expire() {
 		if now.Sub(o.at) > writtenTTL {
 			w.dropLocked(ref)
 			owners = append(owners, o.owner)
+			if ref.resource == resourceEndpointSlice {
+				// Its record was read by the merge too.
+				owners = append(owners, o.owner.ClusterSet())
+			}
 		}
 	}
 	w.mu.Unlock()

@@ -77,13 +77,15 @@ func conflictCondition(conflicts []Conflict, generation int64) metav1.Condition 
 		return metav1.Condition{Type: ConditionConflict, Status: metav1.ConditionFalse,
 			Reason: string(mcsv1beta1.ServiceExportReasonNoConflicts), Message: "all exports agree", ObservedGeneration: generation}
 	}
-	// conflicts are sorted by reason: the first names the condition.
+	// Several reasons are joined by commas, as the mcs-api allows.
+	reasons := make([]string, 0, len(conflicts))
 	msgs := make([]string, 0, len(conflicts))
 	for _, c := range conflicts {
+		reasons = append(reasons, string(c.Reason))
 		msgs = append(msgs, fmt.Sprintf("%s: %s", c.Reason, c.Message))
 	}
 	return metav1.Condition{Type: ConditionConflict, Status: metav1.ConditionTrue,
-		Reason: string(conflicts[0].Reason), Message: strings.Join(msgs, "; "), ObservedGeneration: generation}
+		Reason: strings.Join(reasons, ","), Message: strings.Join(msgs, "; "), ObservedGeneration: generation}
 }
 
 // SetConditions returns live with want applied and whether anything

@@ -1,6 +1,9 @@
 package endpoints
 
 import (
+	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +96,37 @@ func TestSetConditionsWritesOnlyOnChange(t *testing.T) {
 	if meta.FindStatusCondition(kept, "Other") == nil {
 		t.Error("dropped another controller's condition")
 	}
+}
+
+// Several reasons are joined by commas, in reason order; none is NoConflicts.
+func TestImportConditionsJoinReasons(t *testing.T) {
+	conflicts := []Conflict{
+		{Reason: LabelsConflict, Clusters: []string{"west"}, Message: "label x"},
+		{Reason: PortConflict, Clusters: []string{"west"}, Message: "port http"},
+		{Reason: TypeConflict, Clusters: []string{"west"}, Message: "type"},
+	}
+	c := meta.FindStatusCondition(ImportConditions(conflicts, 1), ConditionConflict)
+	if c.Status != metav1.ConditionTrue || c.Reason != "LabelsConflict,PortConflict,TypeConflict" {
+		t.Errorf("Conflict = %s/%s", c.Status, c.Reason)
+	}
+	for _, cf := range conflicts {
+		if !strings.Contains(c.Message, string(cf.Reason)+": "+cf.Message) {
+			t.Errorf("message %q lacks %s", c.Message, cf.Reason)
+		}
+	}
+	if err := validReason(c.Reason); err != nil {
+		t.Error(err)
+	}
+	none := meta.FindStatusCondition(ImportConditions(nil, 1), ConditionConflict)
+	if none.Status != metav1.ConditionFalse || none.Reason != string(mcsv1beta1.ServiceExportReasonNoConflicts) {
+		t.Errorf("no conflicts: %s/%s", none.Status, none.Reason)
+	}
+}
+
+// validReason checks a reason against metav1.Condition's pattern.
+func validReason(r string) error {
+	if !regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`).MatchString(r) {
+		return fmt.Errorf("reason %q does not match the API's pattern", r)
+	}
+	return nil
 }

@@ -45,9 +45,22 @@ type conflictLog struct {
 type conflictItem struct {
 	winner string
 	losers []string
+	// missing says the losers lack what the winner has, rather than
+	// having another value.
+	missing bool
 }
 
+// add logs that loser's what differs from winner's, which is used.
 func (l *conflictLog) add(reason ConflictReason, what, winner, loser string) {
+	l.item(reason, what, winner, loser)
+}
+
+// addMissing logs that loser lacks the what winner exports.
+func (l *conflictLog) addMissing(reason ConflictReason, what, winner, loser string) {
+	l.item(reason, what, winner, loser).missing = true
+}
+
+func (l *conflictLog) item(reason ConflictReason, what, winner, loser string) *conflictItem {
 	if l.items == nil {
 		l.items = make(map[ConflictReason]map[string]*conflictItem)
 	}
@@ -62,6 +75,7 @@ func (l *conflictLog) add(reason ConflictReason, what, winner, loser string) {
 	if !slices.Contains(it.losers, loser) {
 		it.losers = append(it.losers, loser)
 	}
+	return it
 }
 
 // conflicts returns one Conflict per reason, sorted by reason.
@@ -74,8 +88,11 @@ func (l *conflictLog) conflicts() []Conflict {
 			it := items[what]
 			losers := slices.Sorted(slices.Values(it.losers))
 			clusters = append(clusters, losers...)
-			details = append(details, fmt.Sprintf("%s: cluster(s) %s differ from cluster %s, whose value is used (oldest export wins)",
-				what, strings.Join(losers, ", "), it.winner))
+			format := "%s: cluster(s) %s differ from cluster %s, whose value is used (oldest export wins)"
+			if it.missing {
+				format = "%s: not exported by cluster(s) %s; cluster %s exports it (the import has the union of the ports)"
+			}
+			details = append(details, fmt.Sprintf(format, what, strings.Join(losers, ", "), it.winner))
 		}
 		slices.Sort(clusters)
 		out = append(out, Conflict{

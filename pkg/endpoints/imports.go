@@ -37,9 +37,9 @@ type ImportResult struct {
 // MergeImport merges the exports (at least one) of the Service
 // namespace/name into its ServiceImport, as KEP-1645 specifies: properties
 // are taken from the oldest export (by Created, then by cluster name), and
-// every export that disagrees is reported in a Conflict. Ports are merged by
-// name; labels and annotations by key, the oldest export setting a key
-// winning. The result does not depend on the order of exports.
+// every export that disagrees is reported in a Conflict. Ports are the union
+// by name; labels and annotations are the oldest export's, as a whole. The
+// result does not depend on the order of exports.
 //
 // The ServiceImport's IPs are left empty: they are the derived Service's
 // cluster IPs, which only the API server knows.
@@ -68,6 +68,8 @@ func MergeImport(namespace, name string, exports []Export) ImportResult {
 			TrafficDistribution:   clonePtr(spec.TrafficDistribution),
 		},
 	}
+	// The daemon always writes the MCS slices of an import.
+	imp.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	for _, e := range sorted {
 		imp.Status.Clusters = append(imp.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: e.Cluster})
 		checkSpec(oldest, e, &log)
@@ -115,10 +117,12 @@ func internalTrafficPolicy(p *corev1.ServiceInternalTrafficPolicy) corev1.Servic
 	return *p
 }
 
-// mergePorts returns the union of the exports' ports by name, sorted by name.
-// A port differing from the one of an older export with the same name, or
-// reusing the number and protocol of an older export's port under another
-// name (the derived Service could not have both), loses.
+// mergePorts returns the union of the exports' ports by name, sorted by
+// name, as KEP-1645 asks. Exports whose port sets are not identical
+// conflict: a port missing from some exports, a port differing from the one
+// of an older export with the same name, or reusing the number and protocol
+// of an older export's port under another name (the derived Service could
+// not have both), which loses.
 func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 	type numberProtocol struct {
 		port     int32
@@ -163,29 +167,35 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 	}
 	out := make([]mcsv1beta1.ServicePort, 0, len(byName))
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		out = append(out, byName[name])
-	}
-	return out
-}
-
-// mergeExported returns the union of the maps get returns for the exports;
-// for a key set differently, the oldest export setting it wins.
-func mergeExported(sorted []Export, get func(Export) map[string]string, reason ConflictReason, kind string, log *conflictLog) map[string]string {
-	var out map[string]string
-	owner := make(map[string]string)
-	for _, e := range sorted {
-		for k, v := range get(e) {
-			cur, ok := out[k]
-			switch {
-			case !ok:
-				if out == nil {
-					out = make(map[string]string)
-				}
-				out[k], owner[k] = v, e.Cluster
-			case cur != v:
-				log.add(reason, fmt.Sprintf("%s %q", kind, k), owner[k], e.Cluster)
+		p := byName[name]
+		out = append(out, p)
+		for _, e := range sorted {
+			if !slices.ContainsFunc(e.Service.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == name }) {
+				log.addMissing(PortConflict, fmt.Sprintf("port %q (%d/%s)", name, p.Port, p.Protocol), owner[name], e.Cluster)
 			}
 		}
 	}
 	return out
+}
+
+// mergeExported returns the oldest export's map, as a whole: KEP-1645 takes
+// labels and annotations from one export. Every other export whose map
+// differs in any pair, a key only one of them has included, conflicts.
+func mergeExported(sorted []Export, get func(Export) map[string]string, reason ConflictReason, kind string, log *conflictLog) map[string]string {
+	oldest := sorted[0]
+	want := get(oldest)
+	for _, e := range sorted[1:] {
+		got := get(e)
+		keys := slices.Collect(maps.Keys(want))
+		keys = append(keys, slices.Collect(maps.Keys(got))...)
+		slices.Sort(keys)
+		for _, k := range slices.Compact(keys) {
+			wv, wok := want[k]
+			gv, gok := got[k]
+			if wok != gok || wv != gv {
+				log.add(reason, fmt.Sprintf("%s %q", kind, k), oldest.Cluster, e.Cluster)
+			}
+		}
+	}
+	return maps.Clone(want)
 }

@@ -36,14 +36,11 @@ func testExport(cluster string, minute int, mutate func(*Export)) Export {
 }
 
 func TestMergeImport(t *testing.T) {
-	res := MergeImport(testNamespace, testService, []Export{
-		testExport("west", 1, func(e *Export) {
-			e.ExportedLabels = map[string]string{"tier": "front", LabelManagedBy: "helm"}
-		}),
-		testExport("east", 0, func(e *Export) {
-			e.ExportedAnnotations = map[string]string{"owner": "payments"}
-		}),
-	})
+	exported := func(e *Export) {
+		e.ExportedLabels = map[string]string{"tier": "front", LabelManagedBy: "helm"}
+		e.ExportedAnnotations = map[string]string{"owner": "payments"}
+	}
+	res := MergeImport(testNamespace, testService, []Export{testExport("west", 1, exported), testExport("east", 0, exported)})
 	if len(res.Conflicts) != 0 {
 		t.Errorf("conflicts: %+v", res.Conflicts)
 	}
@@ -69,7 +66,7 @@ func TestMergeImport(t *testing.T) {
 			IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol},
 			InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyCluster),
 		},
-		Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}},
+		Status: mcsv1beta1.ServiceImportStatus{EndpointSliceObjects: mcsv1beta1.EndpointSliceObjectsPresent, Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}},
 	}
 	if !apiequality.Semantic.DeepEqual(res.Import, want) {
 		t.Errorf("MergeImport() =\n%+v\nwant\n%+v", res.Import, want)
@@ -124,7 +121,20 @@ func TestMergeImportConflicts(t *testing.T) {
 		}, IPFamilyConflict,
 			func(i *mcsv1beta1.ServiceImport) bool { return i.Spec.IPFamilies[0] == corev1.IPv4Protocol }},
 		{"labels", func(e *Export) { e.ExportedLabels = map[string]string{"tier": "back", "extra": "1"} }, LabelsConflict,
-			func(i *mcsv1beta1.ServiceImport) bool { return i.Labels["tier"] == "front" && i.Labels["extra"] == "1" }},
+			func(i *mcsv1beta1.ServiceImport) bool {
+				_, leaked := i.Labels["extra"]
+				return i.Labels["tier"] == "front" && !leaked
+			}},
+		{"a label only the newer export has", func(e *Export) { e.ExportedLabels["extra"] = "1" }, LabelsConflict,
+			func(i *mcsv1beta1.ServiceImport) bool { _, leaked := i.Labels["extra"]; return !leaked }},
+		{"an annotation the newer export lacks", func(e *Export) { e.ExportedAnnotations = nil }, AnnotationsConflict,
+			func(i *mcsv1beta1.ServiceImport) bool { return i.Annotations["owner"] == "payments" }},
+		{"a port only the newer export has", func(e *Export) {
+			e.Service.Spec.Ports = append(e.Service.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9100, Protocol: corev1.ProtocolTCP})
+		}, PortConflict,
+			func(i *mcsv1beta1.ServiceImport) bool {
+				return len(i.Spec.Ports) == 3 && i.Spec.Ports[2].Name == "metrics"
+			}},
 		{"annotations", func(e *Export) { e.ExportedAnnotations = map[string]string{"owner": "shop"} }, AnnotationsConflict,
 			func(i *mcsv1beta1.ServiceImport) bool { return i.Annotations["owner"] == "payments" }},
 	}
@@ -153,11 +163,15 @@ func TestMergeImportConflicts(t *testing.T) {
 			}
 			res := MergeImport(testNamespace, testService, []Export{newer, third, oldest})
 			want := []Conflict{{Reason: tt.reason, Clusters: []string{"east"}}}
+			if tt.name == "a port only the newer export has" {
+				want[0].Clusters = []string{"north", "west"} // the ones that lack it
+			}
 			if len(res.Conflicts) != 1 || res.Conflicts[0].Reason != tt.reason || !slices.Equal(res.Conflicts[0].Clusters, want[0].Clusters) {
 				t.Fatalf("conflicts = %+v, want %+v", res.Conflicts, want)
 			}
-			if msg := res.Conflicts[0].Message; !strings.Contains(msg, "east") || !strings.Contains(msg, "west") || strings.Contains(msg, "north") {
-				t.Errorf("message %q: want the loser east and the winner west named", msg)
+			if msg := res.Conflicts[0].Message; !strings.Contains(msg, "east") || !strings.Contains(msg, "west") ||
+				strings.Contains(msg, "north") != slices.Contains(want[0].Clusters, "north") {
+				t.Errorf("message %q: want the clusters that disagree named, and no other", msg)
 			}
 			if !tt.check(res.Import) {
 				t.Errorf("the oldest export's value is not used: %+v", res.Import)
@@ -192,11 +206,24 @@ func TestMergeImportPortUnion(t *testing.T) {
 	if !apiequality.Semantic.DeepEqual(res.Import.Spec.Ports, wantPorts) {
 		t.Errorf("ports = %+v, want %+v", res.Import.Spec.Ports, wantPorts)
 	}
-	if len(res.Conflicts) != 1 || res.Conflicts[0].Reason != PortConflict || !slices.Equal(res.Conflicts[0].Clusters, []string{"c"}) {
-		t.Errorf("conflicts = %+v, want a PortConflict for c", res.Conflicts)
+	// Every export lacks a port of the union: all conflict.
+	if len(res.Conflicts) != 1 || res.Conflicts[0].Reason != PortConflict || !slices.Equal(res.Conflicts[0].Clusters, []string{"a", "b", "c"}) {
+		t.Fatalf("conflicts = %+v, want a PortConflict for a, b and c", res.Conflicts)
 	}
-	if msg := res.Conflicts[0].Message; !strings.Contains(msg, `"metrics"`) || !strings.Contains(msg, "cluster b") {
-		t.Errorf("message %q: want port metrics and its winner b", msg)
+	for _, part := range []string{
+		`port "metrics": cluster(s) c differ from cluster b`,
+		`port "admin" (8081/TCP): not exported by cluster(s) a, b; cluster c exports it`,
+		`port "http" (80/TCP): not exported by cluster(s) c; cluster a exports it`,
+	} {
+		if msg := res.Conflicts[0].Message; !strings.Contains(msg, part) {
+			t.Errorf("message %q lacks %q", msg, part)
+		}
+	}
+
+	// Identical port sets: no conflict.
+	same := MergeImport(testNamespace, testService, []Export{testExport("a", 0, nil), testExport("b", 1, nil)})
+	if len(same.Conflicts) != 0 {
+		t.Errorf("identical ports conflict: %+v", same.Conflicts)
 	}
 }
 
@@ -255,8 +282,9 @@ func TestMergeImportOrderIndependent(t *testing.T) {
 		}
 	}
 	for _, c := range want.Conflicts {
-		if !slices.IsSorted(c.Clusters) || slices.Contains(c.Clusters, "a") {
-			t.Errorf("conflict %+v: clusters must be sorted losers", c)
+		// a, the oldest, has the value used; only a port it lacks names it.
+		if !slices.IsSorted(c.Clusters) || (c.Reason != PortConflict && slices.Contains(c.Clusters, "a")) {
+			t.Errorf("conflict %+v: clusters must be the sorted losers", c)
 		}
 	}
 	wantReasons := []ConflictReason{LabelsConflict, AnnotationsConflict, PortConflict, SessionAffinityConflict, TrafficDistributionConflict, TypeConflict}

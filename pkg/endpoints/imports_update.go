@@ -77,10 +77,11 @@ func ImportUpToDate(desired, live *mcsv1beta1.ServiceImport) bool {
 }
 
 // ImportStatusUpToDate reports whether live already has desired's status
-// clusters, in any order. ServiceImport status is a subresource: the caller
-// uses it to decide on a status update.
+// clusters, in any order, and endpointSliceObjects. ServiceImport status is a
+// subresource: the caller uses it to decide on a status update.
 func ImportStatusUpToDate(desired, live *mcsv1beta1.ServiceImport) bool {
-	return slices.Equal(importClusters(desired), importClusters(live))
+	return slices.Equal(importClusters(desired), importClusters(live)) &&
+		desired.Status.EndpointSliceObjects == live.Status.EndpointSliceObjects
 }
 
 func importClusters(imp *mcsv1beta1.ServiceImport) []string {
@@ -117,5 +118,6 @@ func MergeServiceImport(desired, live *mcsv1beta1.ServiceImport) *mcsv1beta1.Ser
 	out.Annotations = mergeOwned(desired.Annotations, live.Annotations, annotations)
 	desired.Spec.DeepCopyInto(&out.Spec)
 	out.Status.Clusters = slices.Clone(desired.Status.Clusters)
+	out.Status.EndpointSliceObjects = desired.Status.EndpointSliceObjects
 	return out
 }

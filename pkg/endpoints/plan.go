@@ -171,6 +171,7 @@ func PlanImport(want *ImportResult, view ImportView) ImportPlan {
 	// from the resourceVersion the spec update leaves.
 	specOnly := imp.DeepCopy()
 	specOnly.Status.Clusters = view.Import.Status.Clusters
+	specOnly.Status.EndpointSliceObjects = view.Import.Status.EndpointSliceObjects
 	if !ImportUpToDate(specOnly, view.Import) {
 		plan.UpdateImport = MergeServiceImport(specOnly, view.Import)
 		return plan

@@ -103,7 +103,7 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	e.startDaemon(t, func(o *app.Options) { o.ExportMode = string(easync.ExportServiceExport) })
 
-	t.Run("ports are merged by name across members", func(t *testing.T) {
+	t.Run("ports are the union across members, and differing port sets conflict", func(t *testing.T) {
 		east.service(t, "union", nil)
 		west.service(t, "union", func(s *corev1.Service) {
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "grpc", Port: 9090, Protocol: corev1.ProtocolTCP})
@@ -124,8 +124,14 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 			}
 			return nil
 		})
-		east.condition(t, "union", "Conflict", metav1.ConditionFalse, "NoConflicts")
-		west.condition(t, "union", "Conflict", metav1.ConditionFalse, "NoConflicts")
+		// KEP-1645: a port only some clusters export is a PortConflict, on
+		// every export of the service.
+		for _, m := range []member{east, west} {
+			c := m.condition(t, "union", "Conflict", metav1.ConditionTrue, "PortConflict")
+			if !strings.Contains(c.Message, `port "grpc"`) || !strings.Contains(c.Message, "east") {
+				t.Errorf("%s: conflict message %q should name port grpc and east, which lacks it", m.name, c.Message)
+			}
+		}
 		east.condition(t, "union", "Valid", metav1.ConditionTrue, "Valid")
 		west.condition(t, "union", "Ready", metav1.ConditionTrue, "Ready")
 	})
@@ -173,13 +179,28 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 		west.service(t, "labels", nil)
 		east.export(t, "labels", map[string]string{"tier": "gold", "team": "shop"})
 		west.export(t, "labels", map[string]string{"tier": "silver"})
-		west.condition(t, "labels", "Conflict", metav1.ConditionTrue, "LabelsConflict")
+		for _, m := range []member{east, west} {
+			m.condition(t, "labels", "Conflict", metav1.ConditionTrue, "LabelsConflict")
+		}
 		imp, err := e.serviceImport(t, "labels")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if imp.Labels["tier"] != "gold" || imp.Labels["team"] != "shop" {
 			t.Errorf("import labels %v, want east's tier=gold and team=shop", imp.Labels)
+		}
+		if imp.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
+			t.Errorf("import endpointSliceObjects = %q, want Present", imp.Status.EndpointSliceObjects)
+		}
+	})
+
+	t.Run("several conflicts are joined with commas on every export", func(t *testing.T) {
+		east.service(t, "mixed", func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })
+		west.service(t, "mixed", func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 })
+		east.export(t, "mixed", map[string]string{"tier": "gold"})
+		west.export(t, "mixed", nil)
+		for _, m := range []member{east, west} {
+			m.condition(t, "mixed", "Conflict", metav1.ConditionTrue, "LabelsConflict,PortConflict,TypeConflict")
 		}
 	})
 
@@ -191,11 +212,13 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 		})
 		east.export(t, "external", nil)
 		east.condition(t, "external", "Valid", metav1.ConditionFalse, "InvalidServiceType")
+		east.condition(t, "external", "Ready", metav1.ConditionFalse, "Failed")
 		if _, err := e.serviceImport(t, "external"); !apierrors.IsNotFound(err) {
 			t.Errorf("ServiceImport for an ExternalName export: err=%v", err)
 		}
 		east.export(t, "ghost", nil)
 		east.condition(t, "ghost", "Valid", metav1.ConditionFalse, "NoService")
+		east.condition(t, "ghost", "Ready", metav1.ConditionFalse, "Pending")
 	})
 
 	t.Run("a headless service from two members keeps its hostnames", func(t *testing.T) {

@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -114,7 +115,7 @@ func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.Serv
 			clusters[s.Cluster] = true
 		}
 	}
-	for cluster := range clusters {
+	for _, cluster := range slices.Sorted(maps.Keys(clusters)) {
 		c.follow(key, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name})
 	}
 }

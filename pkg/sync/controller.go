@@ -238,6 +238,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		return nil, err
 	}
 	c.written.requeue = func(k Key) { c.add(k, false) }
+	c.written.unshadowed = c.unshadowed
 	for resource, inf := range c.hubInformers() {
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err

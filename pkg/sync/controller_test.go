@@ -567,3 +567,18 @@ func TestSyncKeepsAForeignNameParkedUntilItIsFree(t *testing.T) {
 		t.Fatalf("after the name was freed the sync wrote %q", got)
 	}
 }
+
+// A hub that cannot import a service (here its namespace is missing) leaves
+// the exports' Ready condition alone: where every cluster is a hub, another
+// daemon's Ready must not be fought with a Pending.
+func TestSyncLeavesReadyAloneWhereTheHubCannotImport(t *testing.T) {
+	f := newFixture(t, Options{Export: ExportPolicy{Mode: ExportServiceExport}, WriteExportStatus: true}, nil, nil)
+	m := f.member("east")
+	_ = m.services.Add(service("billing", "pay"))
+	m.exports["billing/pay"] = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "billing", Name: "pay", Generation: 1}}
+	f.sync(Key{Cluster: "east", Namespace: "billing", Name: "pay"})
+	conds := m.exports["billing/pay"].Status.Conditions
+	if len(m.statusWrites) != 1 || meta.FindStatusCondition(conds, "Valid") == nil || meta.FindStatusCondition(conds, "Ready") != nil {
+		t.Errorf("%d status writes, conditions %+v; want Valid alone", len(m.statusWrites), conds)
+	}
+}

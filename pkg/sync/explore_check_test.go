@@ -232,6 +232,37 @@ func (w *world) check() error {
 			return fmt.Errorf("ServiceImport %s is missing", k)
 		}
 	}
+	return checkExportStatus(w.members.members, want, nsExists, w.foreign)
+}
+
+// checkExportStatus compares each member ServiceExport's conditions with
+// what its export and the expected import ask for. Where the hub cannot
+// import (no namespace, a foreign ServiceImport), Ready is left alone.
+func checkExportStatus(members map[string]*simMember, want wantHub, nsExists func(string) bool, foreign map[string]string) error {
+	for _, cluster := range sortedMemberNames(members) {
+		m := members[cluster]
+		for _, key := range sortedKeys(m.truth[kindExport]) {
+			se := m.truth[kindExport][key].(*mcsv1beta1.ServiceExport)
+			k := Key{Namespace: se.Namespace, Name: se.Name}
+			var imp *mcsv1beta1.ServiceImport
+			if wi := want.imports[k]; wi != nil {
+				imp = wi.imp.DeepCopy()
+				imp.Status.Conditions = endpoints.ImportConditions(wi.conflicts, 1)
+			}
+			_, taken := foreign[resourceServiceImport+"/"+k.Namespace+"/"+k.Name]
+			svc := m.truthService(se.Namespace, se.Name)
+			blocked := (taken || !nsExists(k.Namespace)) && exportable(svc)
+			for _, c := range endpoints.ExportConditions(svc, imp, cluster, se.Generation) {
+				if blocked && c.Type == string(mcsv1beta1.ServiceExportConditionReady) {
+					continue
+				}
+				got := meta.FindStatusCondition(se.Status.Conditions, c.Type)
+				if got == nil || got.Status != c.Status || got.Reason != c.Reason || got.Message != c.Message || got.ObservedGeneration != c.ObservedGeneration {
+					return fmt.Errorf("%s: ServiceExport %s condition %s is %+v, want %s/%s %q", cluster, key, c.Type, got, c.Status, c.Reason, c.Message)
+				}
+			}
+		}
+	}
 	return nil
 }
 

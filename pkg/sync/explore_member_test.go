@@ -2,15 +2,16 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -30,6 +31,7 @@ type simMember struct {
 	listed, timedOut bool
 	listAt           time.Time                     // when its first list can complete
 	handlers         [3]cache.ResourceEventHandler // services, slices, exports
+	statusWrites     int                           // ServiceExport status writes
 }
 
 // memberObjects holds one member's objects by kind, then namespace/name.
@@ -159,8 +161,19 @@ func (m *simMember) UnreachablePolicy(grace, withdraw time.Duration) (time.Durat
 	return grace, withdraw
 }
 
-func (m *simMember) PatchServiceExportConditions(context.Context, *mcsv1beta1.ServiceExport, []metav1.Condition) error {
-	return errors.New("the explorer does not write export status")
+// PatchServiceExportConditions writes the conditions to the member's
+// ServiceExport; the change comes back as a watch event.
+func (m *simMember) PatchServiceExportConditions(_ context.Context, se *mcsv1beta1.ServiceExport, conds []metav1.Condition) error {
+	key := se.Namespace + "/" + se.Name
+	cur := m.truthExport(se.Namespace, se.Name)
+	if cur == nil || cur.UID != se.UID {
+		return apierrors.NewNotFound(schema.GroupResource{Group: mcsv1beta1.GroupName, Resource: "serviceexports"}, se.Name)
+	}
+	upd := cur.DeepCopy()
+	upd.Status.Conditions = conds
+	m.set(kindExport, key, upd)
+	m.statusWrites++
+	return nil
 }
 
 // truthService and friends read truth.

@@ -47,6 +47,9 @@ func (q *simQueue) Get() (Key, bool) {
 	if q.shut || len(q.ready) == 0 {
 		return Key{}, true
 	}
+	// The controller queues some keys in map order: sort, so that a seed
+	// replays the same order.
+	sort.Slice(q.ready, func(i, j int) bool { return q.ready[i].String() < q.ready[j].String() })
 	i := q.rng.Intn(len(q.ready))
 	k := q.ready[i]
 	q.ready = append(q.ready[:i], q.ready[i+1:]...)

@@ -43,6 +43,8 @@ var (
 // member changes at any time. At quiescence, for every seed:
 //   - the hub holds exactly what package endpoints computes from the members'
 //     final state (computed here, not by the controller);
+//   - every member ServiceExport carries the conditions package endpoints
+//     computes from that export and the expected import;
 //   - no foreign object was touched;
 //   - one more full resync writes nothing.
 func TestExploreOrders(t *testing.T) {
@@ -191,8 +193,9 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		w.order = append(w.order, name)
 	}
 	ctrl, err := New(hub, hubMCS, w.members, Options{
-		Workers: 1,
-		Export:  ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
+		Workers:           1,
+		Export:            ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
+		WriteExportStatus: true,
 	})
 	if err != nil {
 		return nil, err
@@ -324,6 +327,7 @@ func (w *world) putEndpoints(m *simMember, ns, name string, ports []corev1.Servi
 
 func (w *world) putExport(m *simMember, ns, name string) {
 	m.set(kindExport, ns+"/"+name, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		UID: k8stypes.UID(fmt.Sprintf("export-%s-%s-%s-%d", m.name, ns, name, w.steps)), Generation: 1,
 		CreationTimestamp: metav1.NewTime(simEpoch.Add(-time.Duration(w.rng.Intn(3)) * time.Minute))}})
 }
 

@@ -2,10 +2,13 @@ package sync
 
 import (
 	"context"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -34,15 +37,30 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, m Member, sv
 		return nil
 	}
 	imp, err := c.liveImport(key.Namespace, key.Name)
+	blocked := false // this hub cannot import the service
 	switch {
 	case apierrors.IsNotFound(err):
 		imp = nil
+		nsExists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
+		if !c.opts.CreateNamespaces && !nsExists() {
+			blocked = true
+			c.waitFor(key, waitNamespace(key.Namespace), nsExists)
+		}
+		// A ServiceImport name taken by someone else: the import's
+		// creation, once it is free, queues the key.
+		blocked = blocked || c.taken.has(objectRef{resourceServiceImport, key.Namespace, key.Name})
 	case err != nil:
 		return err
 	case !ownedBy(imp, key.ClusterSet()):
-		imp = nil // someone else's: it says nothing of our merge
+		imp, blocked = nil, true // someone else's: it says nothing of our merge
 	}
 	want := endpoints.ExportConditions(svc, imp, key.Cluster, se.Generation)
+	if blocked && exportable(svc) {
+		// Where every cluster is a hub, another daemon may import it: a
+		// Pending from this one would fight its Ready. The hub's Event says
+		// why this one does not.
+		want = slices.DeleteFunc(want, func(c metav1.Condition) bool { return c.Type == string(mcsv1beta1.ServiceExportConditionReady) })
+	}
 	conds, changed := endpoints.SetConditions(se.Status.Conditions, want)
 	if !changed {
 		return nil
@@ -53,4 +71,10 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, m Member, sv
 		klog.V(2).InfoS("Writing ServiceExport conditions failed", "cluster", key.Cluster, "serviceExport", klog.KObj(se), "err", err)
 	}
 	return err
+}
+
+// exportable reports whether svc can be imported at all, so that its Ready
+// condition depends on the hub.
+func exportable(svc *corev1.Service) bool {
+	return svc != nil && svc.Spec.Type != corev1.ServiceTypeExternalName
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -176,13 +177,19 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // Slice events, echoes included, also queue the clusterset key whose merge
 // reads the export record on the slice, when the record may have changed
 // for a reader of the cache: the slice came or went, or its record differs.
+// ServiceImport events, echoes included, queue the member keys that copy
+// what the import says of their exports, when that changed.
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 	h := changeHandler(func(obj interface{}, initialList, gone bool) {
 		if !c.written.seen(resource, obj, gone) {
 			c.enqueueHub(resource, obj, initialList)
 		}
 	})
-	if resource != resourceEndpointSlice {
+	switch resource {
+	case resourceServiceImport:
+		return c.importHandler(h)
+	case resourceEndpointSlice:
+	default:
 		return h
 	}
 	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
@@ -203,6 +210,62 @@ func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 		c.enqueueMerge(obj, false)
 	}
 	return h
+}
+
+// importHandler extends h, the handler of the ServiceImport cache, to queue
+// the member keys of an import's clusters when what it tells their exports
+// changed (see exportFacing).
+func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) cache.ResourceEventHandler {
+	changed := func(old, cur interface{}) {
+		o, _ := old.(*mcsv1beta1.ServiceImport)
+		n, _ := cur.(*mcsv1beta1.ServiceImport)
+		if (o == nil) == (n == nil) && exportFacing(o) == exportFacing(n) {
+			return
+		}
+		key := Key{}
+		if n != nil {
+			key = Key{Namespace: n.Namespace, Name: n.Name}
+		} else if o != nil {
+			key = Key{Namespace: o.Namespace, Name: o.Name}
+		}
+		c.queueExportStatuses(key, o, n)
+	}
+	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
+	h.AddFunc = func(obj interface{}, initialList bool) {
+		add(obj, initialList)
+		if !initialList {
+			changed(nil, obj)
+		}
+	}
+	h.UpdateFunc = func(old, cur interface{}) {
+		update(old, cur)
+		changed(old, cur)
+	}
+	h.DeleteFunc = func(obj interface{}) {
+		remove(obj)
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		changed(obj, nil)
+	}
+	return h
+}
+
+// unshadowed queues the keys that read an overlay entry of another key,
+// dropped while the cache shows something else: the clusterset key that
+// merged a slice's record, the member keys that copied an import's status.
+func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
+	switch ref.resource {
+	case resourceEndpointSlice:
+		c.addFor(o.owner.Cluster, o.owner.ClusterSet(), false)
+	case resourceServiceImport:
+		overlaid, _ := o.obj.(*mcsv1beta1.ServiceImport)
+		cached, err := c.imports.ServiceImports(ref.namespace).Get(ref.name)
+		if err != nil {
+			cached = nil
+		}
+		c.queueExportStatuses(Key{Namespace: ref.namespace, Name: ref.name}, overlaid, cached)
+	}
 }
 
 // enqueueMerge queues the clusterset key of the source of one of our slices.

@@ -58,7 +58,10 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	}
 	if src != nil {
 		if ok, err := c.ensureNamespace(ctx, key); !ok {
-			return err
+			if err != nil {
+				return err
+			}
+			return c.syncExportStatus(ctx, key, m, svc)
 		}
 	}
 

@@ -48,6 +48,10 @@ type written struct {
 	inflight map[objectRef][]echo
 	// requeue queues the owner of an object.
 	requeue func(Key)
+	// unshadowed is told of an overlay entry dropped while the cache does
+	// not show it (forgotten, expired, or overtaken by a failed write): a
+	// sync that read the entry may have seen other than the cache shows.
+	unshadowed func(ref objectRef, o overlayEntry)
 }
 
 type objectRef struct{ resource, namespace, name string }
@@ -79,7 +83,7 @@ type overlayEntry struct {
 
 func newWritten() *written {
 	return &written{echoes: map[objectRef]echo{}, overlay: map[objectRef]overlayEntry{}, sources: map[string]sets.Set[objectRef]{},
-		inflight: map[objectRef][]echo{}, now: time.Now, requeue: func(Key) {}}
+		inflight: map[objectRef][]echo{}, now: time.Now, requeue: func(Key) {}, unshadowed: func(objectRef, overlayEntry) {}}
 }
 
 func refOf(resource string, obj hubObject) objectRef {
@@ -119,8 +123,17 @@ func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 		}
 	}
 	owner, owned := ownerOf(resource, obj)
+	var gone []overlayEntry
 	switch {
 	case echoed:
+		w.dropLocked(ref)
+	case out == nil && !deleted && len(held) > 0:
+		// A failed write, perhaps applied, while the cache moved on: the
+		// cache is newer than what an earlier write left in the overlay
+		// (whose echo may be among the held events).
+		if o, ok := w.overlay[ref]; ok {
+			gone = append(gone, o)
+		}
 		w.dropLocked(ref)
 	case out != nil:
 		cached, _ := stripHubObject(out)
@@ -129,6 +142,9 @@ func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 		w.putLocked(ref, want, overlayEntry{owner: owner, source: sliceSource(resource, obj)})
 	}
 	w.mu.Unlock()
+	for _, o := range gone {
+		w.unshadowed(ref, o)
+	}
 	if foreign && owned {
 		w.requeue(owner)
 	}
@@ -164,30 +180,33 @@ func (w *written) dropLocked(ref objectRef) {
 
 // forget drops what we know of an object: the cache is to be believed.
 func (w *written) forget(resource, namespace, name string) {
+	ref := objectRef{resource, namespace, name}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.dropLocked(objectRef{resource, namespace, name})
+	o, ok := w.overlay[ref]
+	w.dropLocked(ref)
+	w.mu.Unlock()
+	if ok {
+		w.unshadowed(ref, o)
+	}
 }
 
 // expire drops the writes whose echo did not come within writtenTTL and
-// queues their owners: what the cache shows of them is what counts now.
+// queues their owners, and tells unshadowed: what the cache shows of them is
+// what counts now.
 func (w *written) expire() {
 	w.mu.Lock()
 	now := w.now()
-	var owners []Key
+	gone := map[objectRef]overlayEntry{}
 	for ref, o := range w.overlay {
 		if now.Sub(o.at) > writtenTTL {
 			w.dropLocked(ref)
-			owners = append(owners, o.owner)
-			if ref.resource == resourceEndpointSlice {
-				// Its record was read by the merge too.
-				owners = append(owners, o.owner.ClusterSet())
-			}
+			gone[ref] = o
 		}
 	}
 	w.mu.Unlock()
-	for _, k := range owners {
-		w.requeue(k)
+	for ref, o := range gone {
+		w.requeue(o.owner)
+		w.unshadowed(ref, o)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -226,5 +227,47 @@ func TestWrittenEchoedInFlightIsNotRecorded(t *testing.T) {
 	w.end(resourceService, svc("8"), nil, true)
 	if o, ok := w.get(resourceService, "shop", "cart-c1"); !ok || o != nil {
 		t.Fatalf("a delete not yet echoed reads as %v, %v", o, ok)
+	}
+}
+
+// A failed write (perhaps applied) during which the cache moved on drops
+// what an earlier write left in the overlay: the cache is newer. So does a
+// conflict (forget). Either way the readers of the entry are told.
+func TestWrittenFailedWriteWhileTheCacheMovedBelievesTheCache(t *testing.T) {
+	w := newWritten()
+	var unshadowed []string
+	w.unshadowed = func(ref objectRef, o overlayEntry) {
+		unshadowed = append(unshadowed, ref.name+"@"+o.obj.GetResourceVersion())
+	}
+	imp := func(rv string) *mcsv1beta1.ServiceImport {
+		return &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", ResourceVersion: rv}}
+	}
+	read := func() string {
+		if o, ok := w.get(resourceServiceImport, "shop", "cart"); ok {
+			return o.GetResourceVersion()
+		}
+		return "cache"
+	}
+	// The spec update returns 7; the status update times out, applied as
+	// 8, while the cache delivers 7 and 8.
+	w.begin(resourceServiceImport, imp("6"))
+	w.end(resourceServiceImport, imp("6"), imp("7"), false)
+	w.begin(resourceServiceImport, imp("7"))
+	w.seen(resourceServiceImport, imp("7"), false)
+	w.seen(resourceServiceImport, imp("8"), false)
+	w.end(resourceServiceImport, imp("7"), nil, false)
+	if got := read(); got != "cache" {
+		t.Fatalf("after the failed write the overlay shadows the cache with %s", got)
+	}
+	if !reflect.DeepEqual(unshadowed, []string{"cart@7"}) {
+		t.Errorf("unshadowed %q, want the entry at 7", unshadowed)
+	}
+
+	// A conflict drops the entry too.
+	w.begin(resourceServiceImport, imp("8"))
+	w.end(resourceServiceImport, imp("8"), imp("9"), false)
+	w.forget(resourceServiceImport, "shop", "cart")
+	if got := read(); got != "cache" || !reflect.DeepEqual(unshadowed, []string{"cart@7", "cart@9"}) {
+		t.Errorf("after forget: read %s, unshadowed %q", got, unshadowed)
 	}
 }

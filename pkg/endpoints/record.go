@@ -20,7 +20,7 @@ import (
 
 // AnnotationExportRecord on a hub MCS slice holds the export record of its
 // source: what the merge of the ServiceImport reads of that member's export.
-const AnnotationExportRecord = "endpoint-aggregator.io/export"
+const AnnotationExportRecord = "endpoint-aggregator.io/export-record"
 
 // exportRecord is the JSON of AnnotationExportRecord: the properties of one
 // export that KEP-1645 merges, as the member Service and ServiceExport set

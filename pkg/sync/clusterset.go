@@ -29,6 +29,12 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
+	if c.lanes.bulkPending(key) > 0 {
+		// A sweep is recording this service's exports member by member:
+		// merge once, after the last of them.
+		c.waitFor(key, waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
+		return nil
+	}
 	exports, complete, err := c.readExports(key)
 	if err != nil || !complete {
 		return err

@@ -138,6 +138,9 @@ type Controller struct {
 	retryingMu stdsync.Mutex
 	retrying   map[Key]struct{}
 	inFlight   int
+	// coalescing holds the clusterset keys added after mergeCoalesce and
+	// not synced since.
+	coalescing map[Key]struct{}
 
 	// endpointCounts is what each member service contributes, for the
 	// per-cluster gauges.
@@ -187,12 +190,13 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Name: queueName, Queue: lanes}),
 				}),
 			}),
-		lanes:    lanes,
-		written:  newWritten(),
-		waits:    newWaits(),
-		started:  make(chan struct{}),
-		stopped:  make(chan struct{}),
-		retrying: map[Key]struct{}{},
+		lanes:      lanes,
+		written:    newWritten(),
+		waits:      newWaits(),
+		started:    make(chan struct{}),
+		stopped:    make(chan struct{}),
+		retrying:   map[Key]struct{}{},
+		coalescing: map[Key]struct{}{},
 
 		endpointCounts: map[Key]int{},
 		startTime:      time.Now(),
@@ -343,8 +347,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	for _, k := range c.lanes.takeDrained() {
+		c.wake(waitSourcesSwept(k), true)
+	}
 	c.retryingMu.Lock()
 	c.inFlight++
+	delete(c.coalescing, key)
 	c.retryingMu.Unlock()
 	defer func() {
 		c.retryingMu.Lock()
@@ -403,13 +411,21 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	return c.syncMemberService(ctx, key)
 }
 
-// Pending is the number of keys queued, being synced, or waiting to retry
-// after an error. Keys parked after a name conflict are not counted: they
+// Pending is the number of keys queued, being synced, waiting to retry
+// after an error, or to merge after mergeCoalesce. Keys parked after a name conflict are not counted: they
 // wait for a person.
 func (c *Controller) Pending() int {
 	c.retryingMu.Lock()
 	defer c.retryingMu.Unlock()
-	return c.queue.Len() + len(c.retrying) + c.inFlight
+	return c.queue.Len() + len(c.retrying) + c.inFlight + len(c.coalescing)
+}
+
+// addCoalesced queues a clusterset key after mergeCoalesce.
+func (c *Controller) addCoalesced(key Key) {
+	c.retryingMu.Lock()
+	c.coalescing[key] = struct{}{}
+	c.retryingMu.Unlock()
+	c.queue.AddAfter(key, mergeCoalesce)
 }
 
 // clusterIndex is the byCluster index function.

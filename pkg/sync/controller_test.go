@@ -582,3 +582,43 @@ func TestSyncLeavesReadyAloneWhereTheHubCannotImport(t *testing.T) {
 		t.Errorf("%d status writes, conditions %+v; want Valid alone", len(m.statusWrites), conds)
 	}
 }
+
+// Slices written by a version that kept no export record (an upgrade) hold
+// the merge: the import stays as it is, not withdrawn, until the member's
+// sync rewrites its slices with the record and queues the clusterset key.
+func TestSyncClusterSetWaitsForRecordsAfterAnUpgrade(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+
+	// Strip the record, as the previous version wrote the slice.
+	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(s.Annotations, endpoints.AnnotationExportRecord)
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	m.synced = false // the daemon restarted; c1 has not synced yet
+	f.resetActions()
+	f.sync(cartC1.ClusterSet())
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("the merge wrote %q without c1's record", got)
+	}
+
+	m.synced = true
+	f.sync(cartC1)
+	if got := f.writes(); !reflect.DeepEqual(got, []string{"update endpointslices shop/" + sliceName(0)}) {
+		t.Errorf("c1's sync wrote %q, want its slice rewritten with the record", got)
+	}
+	f.resetActions()
+	f.sync(cartC1.ClusterSet())
+	if got := f.writes(); len(got) != 0 {
+		t.Errorf("with the record back the import needed %q", got)
+	}
+}

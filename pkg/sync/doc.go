@@ -39,9 +39,11 @@
 //     exactly the keys recorded against it (Controller.wake). The
 //     preconditions and their transitions are:
 //     a member's first sync (ClusterSynced), the member registrations known
-//     (startup), a hub namespace (its add event). A member that is removed
-//     wakes what waited for it. Nothing waits for a member's sync timeout:
-//     the merge does not wait for members at all.
+//     (startup), a hub namespace (its add event), and for a clusterset key
+//     no member key of its service left in the bulk lane (the worker that
+//     takes the last one out wakes it), so a sweep merges once, not once per
+//     member. A member that is removed wakes what waited for it. Nothing
+//     waits for a member's sync timeout: the merge reads the hub's records.
 //   - waitFor checks the precondition again after recording, so a transition
 //     that races the sync is never missed.
 //   - A write that the hub cache has not shown yet is read back from the

@@ -268,16 +268,24 @@ func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 	}
 }
 
-// enqueueMerge queues the clusterset key of the source of one of our slices.
-func (c *Controller) enqueueMerge(obj interface{}, bulk bool) {
+// enqueueMerge queues the clusterset key of the source of one of our
+// slices, coalesced: the sync that wrote the slice queued it already, so
+// this is the safety net for a merge that read something else.
+func (c *Controller) enqueueMerge(obj interface{}, _ bool) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return
 	}
 	if k, ok := ownerOf(resourceEndpointSlice, m); ok && !k.IsClusterSet() {
-		c.addFor(k.Cluster, k.ClusterSet(), bulk)
+		c.addCoalesced(k.ClusterSet())
 	}
 }
+
+// mergeCoalesce is how long a clusterset key queued by a sweep (a member's
+// first sync, a restart backlog) or by a slice event waits before its merge:
+// records arrive one member at a time, and merging after each would rewrite
+// the import once per member. A live change merges at once.
+const mergeCoalesce = time.Second
 
 // enqueueHub queues the key that owns one of our hub objects of resource,
 // so that a change made by someone else is undone and a deleted object
@@ -365,11 +373,17 @@ func (c *Controller) memberSynced(cluster string) bool {
 
 // follow queues key, found by the sync of from, in from's lane: work that a
 // sync finds for another key is as urgent as its own. A clusterset key
-// waits in the turn of the member whose sync queued it.
+// waits in the turn of the member whose sync queued it; one found by a
+// bulk sync is coalesced (mergeCoalesce).
 func (c *Controller) follow(from, key Key) {
+	bulk := c.lanes.servedBulk(from)
+	if key.IsClusterSet() && bulk {
+		c.addCoalesced(key)
+		return
+	}
 	origin := key.Cluster
 	if key.IsClusterSet() {
 		origin = from.Cluster
 	}
-	c.addFor(origin, key, c.lanes.servedBulk(from))
+	c.addFor(origin, key, bulk)
 }

@@ -28,6 +28,13 @@ type lanes struct {
 	// served holds the keys handed out of the bulk lane and not finished,
 	// so that what their syncs queue follows them in that lane.
 	served map[Key]bool
+	// bulkSources counts, per clusterset key, the member keys of its
+	// service waiting in the bulk lane: its merge waits for them, so a sweep
+	// merges once rather than once per member. drained collects the
+	// clusterset keys whose count fell to zero, for the controller to wake
+	// outside the workqueue's lock.
+	bulkSources map[Key]int
+	drained     []Key
 }
 
 type laneMark struct {
@@ -45,7 +52,7 @@ type spot struct {
 }
 
 func newLanes() *lanes {
-	return &lanes{queued: map[Key]spot{}, next: map[Key]laneMark{}, served: map[Key]bool{}}
+	return &lanes{queued: map[Key]spot{}, next: map[Key]laneMark{}, served: map[Key]bool{}, bulkSources: map[Key]int{}}
 }
 
 // mark says how the next add of key is made.
@@ -76,6 +83,39 @@ func (l *lanes) enter(key Key, m laneMark) {
 	}
 	q, e := t.push(m.origin, key)
 	l.queued[key] = spot{lane: t, q: q, e: e}
+	if m.bulk && !key.IsClusterSet() {
+		l.bulkSources[key.ClusterSet()]++
+	}
+}
+
+// leftBulk accounts for a member key that left the bulk lane.
+func (l *lanes) leftBulk(key Key) {
+	if key.IsClusterSet() {
+		return
+	}
+	k := key.ClusterSet()
+	if l.bulkSources[k]--; l.bulkSources[k] <= 0 {
+		delete(l.bulkSources, k)
+		l.drained = append(l.drained, k)
+	}
+}
+
+// bulkPending is the number of member keys of a clusterset key's service
+// waiting in the bulk lane.
+func (l *lanes) bulkPending(key Key) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bulkSources[key]
+}
+
+// takeDrained returns and forgets the clusterset keys whose last bulk
+// member key left the bulk lane.
+func (l *lanes) takeDrained() []Key {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.drained
+	l.drained = nil
+	return out
 }
 
 // Push queues a key that is not queued.
@@ -93,6 +133,7 @@ func (l *lanes) Touch(key Key) {
 	m := l.take(key)
 	if s, ok := l.queued[key]; ok && s.lane == &l.bulk && !m.bulk {
 		s.lane.remove(s.q, s.e)
+		l.leftBulk(key)
 		l.enter(key, m)
 	}
 }
@@ -114,6 +155,7 @@ func (l *lanes) Pop() Key {
 			delete(l.queued, k)
 			if t == &l.bulk {
 				l.served[k] = true
+				l.leftBulk(k)
 			}
 			return k
 		}

@@ -270,3 +270,36 @@ func laneEntries(t *turns) int {
 	}
 	return n
 }
+
+// The lanes count, per service, the member keys waiting in the bulk lane,
+// and report the service once the last of them was handed out or moved to
+// the live lane: its merge waits for that.
+func TestLanesCountBulkMemberKeysPerService(t *testing.T) {
+	q, l := laneQueue()
+	defer q.ShutDown()
+	cart := Key{Namespace: "shop", Name: "cart"}
+	for _, c := range []string{"c1", "c2", "c3"} {
+		add(q, l, Key{Cluster: c, Namespace: "shop", Name: "cart"}, true)
+	}
+	add(q, l, Key{Cluster: "c1", Namespace: "shop", Name: "web"}, false) // live: not counted
+	add(q, l, cart, true)                                                // a clusterset key: not counted
+	if n := l.bulkPending(cart); n != 3 {
+		t.Fatalf("bulkPending(cart) = %d, want 3", n)
+	}
+	add(q, l, Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, false) // moves to live
+	if n := l.bulkPending(cart); n != 2 {
+		t.Fatalf("after a live add bulkPending(cart) = %d, want 2", n)
+	}
+	var drained []Key
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		drained = append(drained, l.takeDrained()...)
+		if k.Name == "cart" && !k.IsClusterSet() && len(drained) > 0 && l.bulkPending(cart) != 0 {
+			t.Errorf("drained while %d member keys wait", l.bulkPending(cart))
+		}
+		q.Done(k)
+	}
+	if !reflect.DeepEqual(drained, []Key{cart}) || l.bulkPending(cart) != 0 {
+		t.Errorf("drained %v, bulkPending %d; want cart once, 0", drained, l.bulkPending(cart))
+	}
+}

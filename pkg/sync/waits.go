@@ -25,11 +25,15 @@ const (
 	registrationsKnown
 	// hubNamespace holds once a hub namespace exists.
 	hubNamespace
+	// sourcesSwept holds once no member key of a clusterset key's service
+	// waits in the bulk lane.
+	sourcesSwept
 )
 
 func waitMemberSynced(cluster string) condition { return condition{memberSynced, cluster} }
 func waitRegistrations() condition              { return condition{kind: registrationsKnown} }
 func waitNamespace(ns string) condition         { return condition{hubNamespace, ns} }
+func waitSourcesSwept(key Key) condition        { return condition{sourcesSwept, key.String()} }
 
 // waits records which keys wait for which conditions.
 type waits struct {

@@ -49,6 +49,12 @@ func TestOperatorCommandFlags(t *testing.T) {
 		{"unregister member without cleanup", []string{"unregister", "--hub-context", "hub", "--name", "east", "--member-context", "east"}, []string{"--member-context is only used with --cleanup-member"}},
 		{"status needs hub", []string{"status"}, []string{"--hub-context is required"}},
 		{"status output", []string{"status", "--hub-context", "hub", "-o", "wide"}, []string{`--output "wide": want one of table, json, yaml`}},
+		{"explain needs a target", []string{"explain", "--hub-context", "hub"}, []string{"accepts 1 arg(s)"}},
+		{"explain target", []string{"explain", "shop", "--hub-context", "hub"}, []string{`argument "shop": want NAMESPACE/SERVICE`}},
+		{"explain target names", []string{"explain", "Shop/cart", "--hub-context", "hub"}, []string{`namespace "Shop"`}},
+		{"explain needs hub", []string{"explain", "shop/cart"}, []string{"--hub-context is required"}},
+		{"explain daemon flags", []string{"explain", "shop/cart", "--hub-context", "hub", "--export-mode", "some", "--per-cluster-services", "x"},
+			[]string{"--export-mode: unknown export mode", "--per-cluster-services: invalid per-cluster mode"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, err := runCLICommand(t, append(tc.args, "--kubeconfig", kubeconfig)...)

@@ -1,0 +1,375 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	"sigs.k8s.io/yaml"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/explain"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+type explainOptions struct {
+	kube        *kubeFlags
+	HubContext  string
+	Output      string
+	ReadMembers bool
+	// The daemon's flags that verdicts depend on.
+	ExportMode          string
+	IncludeNamespaces   []string
+	ExcludeNamespaces   []string
+	CreateNamespaces    bool
+	PerClusterServices  string
+	UnreachableGrace    time.Duration
+	UnreachableWithdraw time.Duration
+	HubIsMember         bool
+	HubClusterName      string
+
+	namespace, service string // the argument
+}
+
+func newExplainCommand() *cobra.Command {
+	d := NewOptions()
+	o := &explainOptions{kube: newKubeFlags(), Output: "table", ReadMembers: true,
+		ExportMode: d.ExportMode, ExcludeNamespaces: d.ExcludeNamespaces, PerClusterServices: d.PerClusterServices,
+		UnreachableGrace: d.UnreachableGrace, UnreachableWithdraw: d.UnreachableWithdraw, HubClusterName: d.HubClusterName}
+	cmd := &cobra.Command{
+		Use:   "explain NAMESPACE/SERVICE --hub-context H [-o table|json|yaml]",
+		Short: "Explain why a member Service is, or is not, imported",
+		Long: `Explain why a member Service is, or is not, imported.
+
+explain reads the hub (--hub-context): the registration Secrets and member
+Leases in the daemon's namespace, the ServiceImport and derived Service, and
+what the hub holds from each member (per-cluster Service and Endpoints, MCS
+EndpointSlices and the export records on them). Unless --read-members=false,
+it also reads each member through its registration Secret, read-only: the
+Service, its EndpointSlices and its ServiceExport. It writes nothing.
+
+Verdicts depend on the daemon's configuration: pass the flags it runs with
+(--export-mode, --include-namespaces, --exclude-namespaces,
+--create-namespaces, --per-cluster-services, --unreachable-grace,
+--unreachable-withdraw, --hub-is-member, --hub-cluster-name).
+
+One row per registered member, then the ServiceImport, then one verdict per
+member, e.g.:
+  not exported: namespace kube-system is excluded by --exclude-namespaces
+  not imported: hub namespace shop does not exist (start the daemon with --create-namespaces or create it)
+  conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export
+  stale: member unreachable for 4m0s; its endpoints are kept (policy keep)`,
+		Example: `  endpoint-aggregator explain shop/cart --hub-context hub
+  endpoint-aggregator explain shop/cart --hub-context hub --export-mode=annotation -o yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.parseTarget(args[0]); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fs := cmd.Flags()
+	o.kube.addFlags(fs)
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: "+strings.Join(statusOutputs, ", ")+".")
+	fs.BoolVar(&o.ReadMembers, "read-members", o.ReadMembers, "Read each member through its registration Secret (needs get on Secrets in the daemon's namespace).")
+	fs.StringVar(&o.ExportMode, "export-mode", o.ExportMode, "The daemon's --export-mode.")
+	fs.StringSliceVar(&o.IncludeNamespaces, "include-namespaces", o.IncludeNamespaces, "The daemon's --include-namespaces.")
+	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "The daemon's --exclude-namespaces.")
+	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "The daemon's --create-namespaces.")
+	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "The daemon's --per-cluster-services.")
+	fs.DurationVar(&o.UnreachableGrace, "unreachable-grace", o.UnreachableGrace, "The daemon's --unreachable-grace.")
+	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "The daemon's --unreachable-withdraw.")
+	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "The daemon's --hub-is-member.")
+	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "The daemon's --hub-cluster-name.")
+	return cmd
+}
+
+func (o *explainOptions) parseTarget(arg string) error {
+	ns, name, ok := strings.Cut(arg, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("argument %q: want NAMESPACE/SERVICE", arg)
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return fmt.Errorf("namespace %q: %s", ns, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1035Label(name); len(msgs) > 0 {
+		return fmt.Errorf("service %q: %s", name, strings.Join(msgs, "; "))
+	}
+	o.namespace, o.service = ns, name
+	return nil
+}
+
+func (o *explainOptions) validate() error {
+	errs := o.kube.validate()
+	if o.HubContext == "" {
+		errs = append(errs, errors.New("--hub-context is required"))
+	}
+	if !slices.Contains(statusOutputs, o.Output) {
+		errs = append(errs, fmt.Errorf("--output %q: want one of %s", o.Output, strings.Join(statusOutputs, ", ")))
+	}
+	if _, err := easync.ParseExportMode(o.ExportMode); err != nil {
+		errs = append(errs, fmt.Errorf("--export-mode: %w", err))
+	}
+	if _, err := endpoints.ParsePerClusterMode(o.PerClusterServices); err != nil {
+		errs = append(errs, fmt.Errorf("--per-cluster-services: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *explainOptions) run(ctx context.Context, out, errOut io.Writer) error {
+	hub, err := o.kube.clients(o.HubContext)
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	in, err := o.read(ctx, hub, func(format string, args ...any) { fmt.Fprintf(errOut, "Warning: "+format+"\n", args...) })
+	if err != nil {
+		return err
+	}
+	return printExplanation(out, o.Output, explain.Build(in))
+}
+
+// read gathers what explain needs; warn reports what could not be read.
+func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(string, ...any)) (explain.Input, error) {
+	pc, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
+	in := explain.Input{Namespace: o.namespace, Name: o.service, Now: time.Now(), Policy: explain.Policy{
+		Mode: o.ExportMode, Include: o.IncludeNamespaces, Exclude: o.ExcludeNamespaces, CreateNamespaces: o.CreateNamespaces,
+		PerCluster: pc, UnreachableGrace: o.UnreachableGrace, UnreachableWithdraw: o.UnreachableWithdraw,
+	}}
+	secrets, err := hub.kube.CoreV1().Secrets(o.kube.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
+	if err != nil {
+		return in, fmt.Errorf("hub %s: listing registration Secrets in namespace %s: %w", hub.context, o.kube.Namespace, err)
+	}
+	leases := map[string]*coordinationv1.Lease{}
+	if list, err := hub.kube.CoordinationV1().Leases(o.kube.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
+		warn("listing member Leases: %v; health is Unknown", err)
+	} else {
+		for i := range list.Items {
+			if name, ok := strings.CutPrefix(list.Items[i].Name, easync.MemberLeasePrefix); ok {
+				leases[name] = &list.Items[i]
+			}
+		}
+	}
+
+	if _, err := hub.kube.CoreV1().Namespaces().Get(ctx, o.namespace, metav1.GetOptions{}); err == nil {
+		in.HubNamespace = true
+	} else if !apierrors.IsNotFound(err) {
+		warn("reading hub namespace %s: %v", o.namespace, err)
+		in.HubNamespace = true // unknown: do not claim it is missing
+	}
+	if imp, err := hub.mcs.MulticlusterV1beta1().ServiceImports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
+		in.Import = imp
+	} else if !apierrors.IsNotFound(err) {
+		warn("reading the ServiceImport: %v", err)
+	}
+	if svc, err := hub.kube.CoreV1().Services(o.namespace).Get(ctx, endpoints.DerivedServiceName(o.namespace, o.service), metav1.GetOptions{}); err == nil {
+		in.Derived = svc
+	}
+	hubSlices := map[string][]*discoveryv1.EndpointSlice{}
+	if list, err := hub.kube.DiscoveryV1().EndpointSlices(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{
+		mcsv1beta1.LabelServiceName: o.service, discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()}); err != nil {
+		warn("listing the hub's EndpointSlices: %v", err)
+	} else {
+		for i := range list.Items {
+			c := list.Items[i].Labels[mcsv1beta1.LabelSourceCluster]
+			hubSlices[c] = append(hubSlices[c], &list.Items[i])
+		}
+	}
+
+	// One member per cluster name: the oldest Secret, as the daemon does.
+	slices.SortFunc(secrets.Items, func(a, b corev1.Secret) int {
+		return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time)
+	})
+	seen := map[string]bool{}
+	add := func(m explain.Member, kube kubernetes.Interface, mcs mcsclientset.Interface) {
+		m.Lease = leases[m.Name]
+		m.HubSlices = hubSlices[m.Name]
+		o.readHubPart(ctx, hub, &m)
+		if kube != nil {
+			m.Read = true
+			o.readMember(ctx, kube, mcs, &m)
+		}
+		in.Members = append(in.Members, m)
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		name := s.Annotations[clusters.AnnotationClusterName]
+		if name == "" {
+			name = s.Name
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		m := explain.Member{Name: name, Secret: s.Name}
+		m.UnreachableGrace = annotationDuration(s, clusters.AnnotationUnreachableGrace)
+		m.UnreachableWithdraw = annotationDuration(s, clusters.AnnotationUnreachableWithdraw)
+		if !o.ReadMembers {
+			add(m, nil, nil)
+			continue
+		}
+		kube, mcs, err := o.memberClients(s)
+		if err != nil {
+			m.Read, m.ReadError = true, err.Error()
+			add(m, nil, nil)
+			continue
+		}
+		add(m, kube, mcs)
+	}
+	if o.HubIsMember && !seen[o.HubClusterName] {
+		add(explain.Member{Name: o.HubClusterName}, hub.kube, hub.mcs)
+	}
+	return in, nil
+}
+
+// memberClients builds read-only clients of a member from its Secret, with
+// the daemon's default kubeconfig policy: no exec plugin, no local file.
+func (o *explainOptions) memberClients(s *corev1.Secret) (kubernetes.Interface, mcsclientset.Interface, error) {
+	cfg, err := clusters.RESTConfig(s.Data[clusters.KubeconfigKey], clusters.KubeconfigPolicy{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("registration Secret %s: %w", s.Name, err)
+	}
+	cfg.Timeout = o.kube.RequestTimeout
+	cfg.UserAgent = "endpoint-aggregator-cli/" + version()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	mcs, err := mcsclientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kube, mcs, nil
+}
+
+// readMember reads the member's Service, slices and ServiceExport.
+func (o *explainOptions) readMember(ctx context.Context, kube kubernetes.Interface, mcs mcsclientset.Interface, m *explain.Member) {
+	svc, err := kube.CoreV1().Services(o.namespace).Get(ctx, o.service, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		m.ReadError = err.Error()
+		return
+	default:
+		m.Service = svc
+	}
+	list, err := kube.DiscoveryV1().EndpointSlices(o.namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{discoveryv1.LabelServiceName: o.service}.String()})
+	if err != nil {
+		m.ReadError = err.Error()
+		return
+	}
+	for i := range list.Items {
+		m.Slices = append(m.Slices, &list.Items[i])
+	}
+	if se, err := mcs.MulticlusterV1beta1().ServiceExports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
+		m.Export = se
+	}
+}
+
+// readHubPart reads the member's per-cluster Service and Endpoints.
+func (o *explainOptions) readHubPart(ctx context.Context, hub *cliClients, m *explain.Member) {
+	name, _ := endpoints.PerClusterName(o.service, m.Name)
+	if svc, err := hub.kube.CoreV1().Services(o.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue && svc.Labels[endpoints.LabelSourceCluster] == m.Name {
+			m.HubService = svc
+		} else {
+			m.HubServiceTaken = true
+		}
+	}
+	if eps, err := hub.kube.CoreV1().Endpoints(o.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil &&
+		eps.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue {
+		m.HubEndpoints = eps
+	}
+}
+
+func annotationDuration(s *corev1.Secret, key string) *time.Duration {
+	v, ok := s.Annotations[key]
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil
+	}
+	return &d
+}
+
+func printExplanation(w io.Writer, format string, r explain.Report) error {
+	switch format {
+	case "json":
+		data, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", data)
+		return err
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	fmt.Fprintf(w, "Service %s\n\n", r.Service)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tCONNECTED\tHEALTHY\tSERVICE\tEXPORT\tREADY/NOT READY/DROPPED\tIN THE HUB")
+	for _, m := range r.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d/%d\t%s\n", m.Cluster, m.Connected, m.Healthy, m.Service, m.Export, m.Ready, m.NotReady, m.Dropped, m.Hub)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range r.Members {
+		if len(m.Conditions) > 0 {
+			fmt.Fprintf(w, "  %s ServiceExport: %s\n", m.Cluster, strings.Join(m.Conditions, ", "))
+		}
+	}
+	fmt.Fprintln(w)
+	if imp := r.Import; imp != nil {
+		fmt.Fprintf(w, "ServiceImport %s: %s, ports %s, IPs %s, clusters %s\n", r.Service, imp.Type,
+			orNone(imp.Ports), orNone(imp.IPs), orNone(imp.Clusters))
+		for _, c := range imp.Conditions {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+		fmt.Fprintf(w, "  derived Service: %s\n", imp.Derived)
+	} else {
+		fmt.Fprintf(w, "ServiceImport %s: none (%s)\n", r.Service, r.ImportMissing)
+	}
+	fmt.Fprintln(w, "\nVerdicts:")
+	for _, m := range r.Members {
+		fmt.Fprintf(w, "  %s: %s\n", m.Cluster, m.Verdict)
+	}
+	return nil
+}
+
+func orNone(list []string) string {
+	if len(list) == 0 {
+		return "<none>"
+	}
+	return strings.Join(list, ",")
+}

@@ -1,0 +1,517 @@
+// Package explain answers "why is (or isn't) my service imported?" for one
+// member Service: from what the hub holds and, where it could be read, what
+// each member says, it builds one row per registered member with a plain
+// verdict, and a summary of the ServiceImport. It is pure: the caller reads
+// the clusters (cmd/endpoint-aggregator explain does), so tests can build any
+// state.
+package explain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// Policy is the part of the daemon's configuration a verdict depends on:
+// pass the flags the daemon runs with.
+type Policy struct {
+	// Mode is the export mode: serviceexport, annotation or all.
+	Mode             string
+	Include, Exclude []string
+	CreateNamespaces bool
+	PerCluster       endpoints.PerClusterMode
+	// UnreachableGrace and UnreachableWithdraw are the daemon's defaults;
+	// a registration Secret may override them (Member).
+	UnreachableGrace, UnreachableWithdraw time.Duration
+}
+
+// Input is what explain reads for one service Namespace/Name.
+type Input struct {
+	Namespace, Name string
+	Policy          Policy
+	Now             time.Time
+
+	// HubNamespace says whether the hub has the namespace.
+	HubNamespace bool
+	// Import is the hub's ServiceImport of that name, Derived its derived
+	// Service; either nil when absent.
+	Import  *mcsv1beta1.ServiceImport
+	Derived *corev1.Service
+	// Members are the registered members, in any order.
+	Members []Member
+}
+
+// Member is what explain read of one member, and of its part in the hub.
+type Member struct {
+	Name string
+	// Secret is its registration Secret; "" for the hub itself.
+	Secret string
+	// Lease is its liveness Lease in the hub, or nil.
+	Lease *coordinationv1.Lease
+	// UnreachableGrace and UnreachableWithdraw override the policy's when
+	// set (the Secret's annotations).
+	UnreachableGrace, UnreachableWithdraw *time.Duration
+
+	// ReadError is why the member could not be read; "" when it was (or
+	// reading members was not allowed: Read false).
+	Read      bool
+	ReadError string
+	Service   *corev1.Service
+	Export    *mcsv1beta1.ServiceExport
+	Slices    []*discoveryv1.EndpointSlice
+
+	// What the hub holds from it: its per-cluster Service and Endpoints
+	// (ours, or held by someone else when *Taken), and its MCS slices.
+	HubService      *corev1.Service
+	HubServiceTaken bool
+	HubEndpoints    *corev1.Endpoints
+	HubSlices       []*discoveryv1.EndpointSlice
+}
+
+// Report is the answer.
+type Report struct {
+	Service string      `json:"service"`
+	Members []MemberRow `json:"members"`
+	Import  *ImportRow  `json:"import,omitempty"`
+	// ImportMissing says why there is no import, when there is none.
+	ImportMissing string `json:"importMissing,omitempty"`
+}
+
+// MemberRow is one member's line.
+type MemberRow struct {
+	Cluster   string `json:"cluster"`
+	Connected string `json:"connected"` // True, False or Unknown
+	Healthy   string `json:"healthy"`   // from the member Lease
+	// Service describes the member Service: "ClusterIP http:80/TCP", or
+	// "not found", or "not read".
+	Service string `json:"service"`
+	// Export is how the Service is exported ("ServiceExport", ...) with the
+	// ServiceExport's conditions, or why it is not.
+	Export     string   `json:"export"`
+	Conditions []string `json:"conditions,omitempty"`
+	// Endpoints in the member: ready, not ready, dropped as invalid.
+	Ready    int `json:"ready"`
+	NotReady int `json:"notReady"`
+	Dropped  int `json:"dropped"`
+	// Hub is what the hub holds from the member.
+	Hub     string `json:"hub"`
+	Verdict string `json:"verdict"`
+}
+
+// ImportRow summarizes the ServiceImport and its derived Service.
+type ImportRow struct {
+	Type       string   `json:"type"`
+	Ports      []string `json:"ports"`
+	IPs        []string `json:"ips,omitempty"`
+	Clusters   []string `json:"clusters"`
+	Conditions []string `json:"conditions,omitempty"`
+	Derived    string   `json:"derived"`
+}
+
+// Build explains in.
+func Build(in Input) Report {
+	r := Report{Service: in.Namespace + "/" + in.Name}
+	exports, records := recordedExports(in)
+	var merged *endpoints.ImportResult
+	if len(exports) > 0 {
+		res := endpoints.MergeImport(in.Namespace, in.Name, exports)
+		merged = &res
+	}
+	members := slices.Clone(in.Members)
+	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	for _, m := range members {
+		r.Members = append(r.Members, memberRow(in, m, records[m.Name], merged))
+	}
+	if in.Import != nil {
+		r.Import = importRow(in.Import, in.Derived)
+	} else {
+		r.ImportMissing = importMissing(in, len(exports))
+	}
+	return r
+}
+
+// recordedExports parses the export records the hub holds per member, as
+// the daemon's merge reads them.
+func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export) {
+	var out []endpoints.Export
+	for _, m := range in.Members {
+		for _, s := range m.HubSlices {
+			if rec := s.Annotations[endpoints.AnnotationExportRecord]; rec != "" {
+				if e, err := endpoints.ParseExportRecord(m.Name, in.Namespace, in.Name, rec); err == nil {
+					out = append(out, e)
+				}
+				break
+			}
+		}
+	}
+	byCluster := map[string]*endpoints.Export{}
+	for i := range out {
+		byCluster[out[i].Cluster] = &out[i]
+	}
+	return out, byCluster
+}
+
+func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult) MemberRow {
+	row := MemberRow{Cluster: m.Name, Connected: "Unknown", Healthy: "Unknown", Service: "not read"}
+	down, since := unreachable(m.Lease, in.Now)
+	switch {
+	case m.Lease == nil:
+	case down:
+		row.Healthy = "False"
+	default:
+		row.Healthy = "True"
+	}
+	if m.Read {
+		row.Connected = "True"
+		if m.ReadError != "" {
+			row.Connected = "False"
+			row.Service = "not read: " + m.ReadError
+		}
+	}
+	if m.Read && m.ReadError == "" {
+		row.Service = describeService(m.Service)
+		row.Ready, row.NotReady, row.Dropped = countEndpoints(m)
+	}
+	row.Export, row.Conditions = describeExport(in.Policy, m)
+	row.Hub = describeHub(m)
+	row.Verdict = verdict(in, m, record, merged, down, since)
+	return row
+}
+
+// unreachable reports whether the member's Lease has lapsed, and since when.
+func unreachable(l *coordinationv1.Lease, now time.Time) (bool, time.Time) {
+	if l == nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return false, time.Time{}
+	}
+	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+	return now.After(expiry), l.Spec.RenewTime.Time
+}
+
+func describeService(svc *corev1.Service) string {
+	if svc == nil {
+		return "not found"
+	}
+	t := string(svc.Spec.Type)
+	if t == "" {
+		t = string(corev1.ServiceTypeClusterIP)
+	}
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		t += " (headless)"
+	}
+	var ports []string
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, portString(p.Name, p.Port, p.Protocol))
+	}
+	if len(ports) == 0 {
+		return t
+	}
+	return t + " " + strings.Join(ports, ",")
+}
+
+func portString(name string, port int32, protocol corev1.Protocol) string {
+	if protocol == "" {
+		protocol = corev1.ProtocolTCP
+	}
+	if name == "" {
+		return fmt.Sprintf("%d/%s", port, protocol)
+	}
+	return fmt.Sprintf("%s:%d/%s", name, port, protocol)
+}
+
+// countEndpoints counts the member's endpoints as the daemon would take
+// them: ready, not ready, and dropped as invalid.
+func countEndpoints(m Member) (ready, notReady, dropped int) {
+	if m.Service == nil {
+		return 0, 0, 0
+	}
+	clean, dropped := endpoints.Sanitize(endpoints.Source{Cluster: m.Name, Service: m.Service, Slices: m.Slices})
+	for _, s := range clean.Slices {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				ready++
+			} else {
+				notReady++
+			}
+		}
+	}
+	return ready, notReady, dropped
+}
+
+func describeExport(p Policy, m Member) (string, []string) {
+	var conds []string
+	if m.Export != nil {
+		for _, c := range m.Export.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
+		}
+	}
+	switch p.Mode {
+	case "all":
+		return "mode all", conds
+	case "annotation":
+		if m.Service != nil && m.Service.Annotations[annotationExport] == "true" {
+			return "annotation", conds
+		}
+		return "no annotation", conds
+	}
+	if m.Export != nil {
+		return "ServiceExport", conds
+	}
+	if !m.Read || m.ReadError != "" {
+		return "unknown", conds
+	}
+	return "no ServiceExport", conds
+}
+
+// annotationExport is the member Service annotation of annotation mode.
+const annotationExport = "endpoint-aggregator.io/export"
+
+func describeHub(m Member) string {
+	var parts []string
+	switch {
+	case m.HubServiceTaken:
+		parts = append(parts, "per-cluster Service held by another owner")
+	case m.HubService != nil:
+		parts = append(parts, "Service "+m.HubService.Name)
+	}
+	if m.HubEndpoints != nil {
+		n := 0
+		for _, ss := range m.HubEndpoints.Subsets {
+			n += len(ss.Addresses) + len(ss.NotReadyAddresses)
+		}
+		parts = append(parts, fmt.Sprintf("Endpoints (%d)", n))
+	}
+	if len(m.HubSlices) > 0 {
+		n := 0
+		for _, s := range m.HubSlices {
+			n += len(s.Endpoints)
+		}
+		parts = append(parts, fmt.Sprintf("%d MCS slice(s), %d endpoint(s)", len(m.HubSlices), n))
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// verdict is the one plain sentence of a member's row.
+func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult, down bool, since time.Time) string {
+	ns := in.Namespace
+	if !namespaceSelected(in.Policy, ns) {
+		if len(in.Policy.Include) > 0 && !slices.Contains(in.Policy.Include, ns) {
+			return fmt.Sprintf("not exported: namespace %s is not in --include-namespaces", ns)
+		}
+		return fmt.Sprintf("not exported: namespace %s is excluded by --exclude-namespaces", ns)
+	}
+	if down {
+		return staleVerdict(in, m, since)
+	}
+	if m.Read && m.ReadError == "" {
+		if v := memberVerdict(in.Policy, m); v != "" {
+			return v
+		}
+	} else if m.Read {
+		if record == nil {
+			return "unknown: the member could not be read (" + m.ReadError + ") and the hub holds nothing from it"
+		}
+	}
+	if !in.HubNamespace && !in.Policy.CreateNamespaces {
+		return fmt.Sprintf("not imported: hub namespace %s does not exist (start the daemon with --create-namespaces or create it)", ns)
+	}
+	if in.Import != nil && in.Import.Labels[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
+		return fmt.Sprintf("not imported: the hub's ServiceImport %s/%s is not managed by endpoint-aggregator; it is left alone", ns, in.Name)
+	}
+	if record == nil {
+		return "pending: the hub holds no slices of this cluster yet (is the daemon running, and leading?)"
+	}
+	if in.Import == nil || !slices.ContainsFunc(in.Import.Status.Clusters, func(c mcsv1beta1.ClusterStatus) bool { return c.Cluster == m.Name }) {
+		return "pending: the ServiceImport does not list this cluster yet"
+	}
+	if merged != nil {
+		if v := conflictVerdict(m.Name, record, merged); v != "" {
+			return v
+		}
+	}
+	if m.HubServiceTaken {
+		name, _ := endpoints.PerClusterName(in.Name, m.Name)
+		return fmt.Sprintf("imported, but the hub Service %s/%s is not managed by endpoint-aggregator: no per-cluster Service for this cluster", ns, name)
+	}
+	n, ready := 0, 0
+	for _, s := range m.HubSlices {
+		for _, ep := range s.Endpoints {
+			n++
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				ready++
+			}
+		}
+	}
+	return fmt.Sprintf("imported: %d endpoint(s) in the hub, %d ready", n, ready)
+}
+
+// memberVerdict explains a member Service that is not exported, or "".
+func memberVerdict(p Policy, m Member) string {
+	svc := m.Service
+	switch {
+	case svc == nil && m.Export != nil:
+		return "not exported: the ServiceExport has no Service of that name in this cluster"
+	case svc == nil:
+		return "not exported: no such Service in this cluster"
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return "not exported: ExternalName Services cannot be exported"
+	case svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue:
+		return "not exported: the Service was written by endpoint-aggregator, whose output is never exported again"
+	}
+	switch p.Mode {
+	case "annotation":
+		if svc.Annotations[annotationExport] != "true" {
+			return fmt.Sprintf("not exported: the Service lacks the annotation %s: \"true\" (--export-mode=annotation)", annotationExport)
+		}
+	case "all":
+	default:
+		if m.Export == nil {
+			return fmt.Sprintf("not exported: no ServiceExport %s/%s in this cluster (--export-mode=serviceexport)", svc.Namespace, svc.Name)
+		}
+	}
+	return ""
+}
+
+// staleVerdict explains a member whose Lease lapsed, by its policy.
+func staleVerdict(in Input, m Member, since time.Time) string {
+	grace, withdraw := in.Policy.UnreachableGrace, in.Policy.UnreachableWithdraw
+	if m.UnreachableGrace != nil {
+		grace = *m.UnreachableGrace
+	}
+	if m.UnreachableWithdraw != nil {
+		withdraw = *m.UnreachableWithdraw
+	}
+	age := in.Now.Sub(since).Round(time.Second)
+	switch {
+	case withdraw > 0 && age >= withdraw:
+		return fmt.Sprintf("stale: member unreachable for %s; its endpoints are withdrawn (policy withdraw after %s)", age, withdraw)
+	case grace > 0 && age >= grace:
+		return fmt.Sprintf("stale: member unreachable for %s; its endpoints are kept, marked not ready (policy not-ready after %s)", age, grace)
+	}
+	return fmt.Sprintf("stale: member unreachable for %s; its endpoints are kept (policy keep)", age)
+}
+
+// conflictVerdict explains a conflict this member takes part in, or "".
+func conflictVerdict(cluster string, record *endpoints.Export, merged *endpoints.ImportResult) string {
+	var parts []string
+	for _, cf := range merged.Conflicts {
+		if !slices.Contains(cf.Clusters, cluster) {
+			continue
+		}
+		if cf.Reason == endpoints.PortConflict {
+			if p := portDetail(record, merged.Import); p != "" {
+				parts = append(parts, p)
+				continue
+			}
+		}
+		parts = append(parts, string(cf.Reason)+": "+cf.Message)
+	}
+	if len(parts) == 0 {
+		if len(merged.Conflicts) > 0 {
+			return "imported, in conflict (its values are the ones used): " + conflictSummary(merged.Conflicts)
+		}
+		return ""
+	}
+	return "conflict: " + strings.Join(parts, "; ")
+}
+
+// portDetail names the ports of record that differ from the import's.
+func portDetail(record *endpoints.Export, imp *mcsv1beta1.ServiceImport) string {
+	var out []string
+	for _, p := range record.Service.Spec.Ports {
+		for _, ip := range imp.Spec.Ports {
+			if ip.Name == p.Name && (ip.Port != p.Port || ip.Protocol != p.Protocol) {
+				out = append(out, fmt.Sprintf("port %s is %d/%s here and %d/%s in the import, from the oldest export",
+					nameOr(p.Name), p.Port, p.Protocol, ip.Port, ip.Protocol))
+			}
+		}
+	}
+	var missing []string
+	for _, ip := range imp.Spec.Ports {
+		if !slices.ContainsFunc(record.Service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ip.Name }) {
+			missing = append(missing, portString(ip.Name, ip.Port, ip.Protocol))
+		}
+	}
+	if len(missing) > 0 {
+		out = append(out, "this cluster does not export port(s) "+strings.Join(missing, ", ")+" that other clusters do")
+	}
+	return strings.Join(out, "; ")
+}
+
+func nameOr(name string) string {
+	if name == "" {
+		return "(unnamed)"
+	}
+	return name
+}
+
+func conflictSummary(cs []endpoints.Conflict) string {
+	var reasons []string
+	for _, c := range cs {
+		reasons = append(reasons, fmt.Sprintf("%s (%s)", c.Reason, strings.Join(c.Clusters, ", ")))
+	}
+	return strings.Join(reasons, ", ")
+}
+
+func namespaceSelected(p Policy, ns string) bool {
+	if len(p.Include) > 0 && !slices.Contains(p.Include, ns) {
+		return false
+	}
+	return !sets.New(p.Exclude...).Has(ns)
+}
+
+func importRow(imp *mcsv1beta1.ServiceImport, derived *corev1.Service) *ImportRow {
+	row := &ImportRow{Type: string(imp.Spec.Type), IPs: imp.Spec.IPs, Derived: "missing"}
+	for _, p := range imp.Spec.Ports {
+		row.Ports = append(row.Ports, portString(p.Name, p.Port, p.Protocol))
+	}
+	for _, c := range imp.Status.Clusters {
+		row.Clusters = append(row.Clusters, c.Cluster)
+	}
+	for _, c := range imp.Status.Conditions {
+		s := fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason)
+		if c.Type == endpoints.ConditionConflict && c.Status == metav1.ConditionTrue {
+			s += ": " + c.Message
+		}
+		row.Conditions = append(row.Conditions, s)
+	}
+	if imp.Labels[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
+		row.Derived = "not ours: this ServiceImport is not managed by endpoint-aggregator"
+		return row
+	}
+	if derived != nil {
+		row.Derived = derived.Name
+		if len(derived.Spec.ClusterIPs) > 0 {
+			row.Derived += " " + strings.Join(derived.Spec.ClusterIPs, ",")
+		}
+	}
+	return row
+}
+
+// importMissing says why there is no ServiceImport.
+func importMissing(in Input, records int) string {
+	switch {
+	case !namespaceSelected(in.Policy, in.Namespace):
+		return "the namespace is not exported"
+	case !in.HubNamespace && !in.Policy.CreateNamespaces:
+		return fmt.Sprintf("hub namespace %s does not exist", in.Namespace)
+	case records == 0:
+		return "no cluster exports it (no export records in the hub)"
+	}
+	return "the daemon has not created it yet"
+}

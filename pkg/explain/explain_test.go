@@ -1,0 +1,173 @@
+package explain
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func svc(port int32) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: []corev1.ServicePort{{Name: "http", Port: port, Protocol: corev1.ProtocolTCP}}}}
+}
+
+func export(age time.Duration) *mcsv1beta1.ServiceExport {
+	return &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", CreationTimestamp: metav1.NewTime(now.Add(-age))}}
+}
+
+// hubSlice is the MCS slice the daemon would write for member m.
+func hubSlice(cluster string, s *corev1.Service, se *mcsv1beta1.ServiceExport, ready int) *discoveryv1.EndpointSlice {
+	rec := endpoints.ExportRecord(endpoints.Export{Cluster: cluster, Service: s, Created: se.CreationTimestamp})
+	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{endpoints.AnnotationExportRecord: rec}}}
+	for i := range ready {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0." + string(rune('1'+i))}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	return sl
+}
+
+func lease(renewed time.Duration) *coordinationv1.Lease {
+	return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now.Add(-renewed)}, LeaseDurationSeconds: ptr.To[int32](40)}}
+}
+
+func imported(clusters ...string) *mcsv1beta1.ServiceImport {
+	imp := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", Labels: map[string]string{endpoints.LabelManagedBy: endpoints.ManagedByValue}},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	for _, c := range clusters {
+		imp.Status.Clusters = append(imp.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+	}
+	return imp
+}
+
+// healthy is a member that exports cart with port and whose export the hub
+// holds.
+func healthy(name string, port int32, age time.Duration) Member {
+	s, se := svc(port), export(age)
+	return Member{Name: name, Secret: name, Lease: lease(time.Second), Read: true, Service: s, Export: se,
+		Slices:    []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}}}},
+		HubSlices: []*discoveryv1.EndpointSlice{hubSlice(name, s, se, 1)}}
+}
+
+func TestBuildVerdicts(t *testing.T) {
+	base := func() Input {
+		return Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true,
+			Policy: Policy{Mode: "serviceexport", Exclude: []string{"kube-system"}}, Import: imported("east")}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Input)
+		want   string // a part of east's verdict
+	}{
+		{"imported", func(in *Input) { in.Members = []Member{healthy("east", 80, time.Hour)} }, "imported: 1 endpoint(s) in the hub, 1 ready"},
+		{"namespace excluded", func(in *Input) {
+			in.Namespace = "kube-system"
+			in.Members = []Member{healthy("east", 80, time.Hour)}
+		}, "not exported: namespace kube-system is excluded by --exclude-namespaces"},
+		{"namespace not included", func(in *Input) {
+			in.Policy.Include = []string{"billing"}
+			in.Members = []Member{healthy("east", 80, time.Hour)}
+		}, "not exported: namespace shop is not in --include-namespaces"},
+		{"no ServiceExport", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Export, m.HubSlices = nil, nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "not exported: no ServiceExport shop/cart in this cluster"},
+		{"no annotation", func(in *Input) {
+			in.Policy.Mode = "annotation"
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			in.Members, in.Import = []Member{m}, nil
+		}, `lacks the annotation endpoint-aggregator.io/export: "true"`},
+		{"no Service", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Service, m.HubSlices = nil, nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "not exported: the ServiceExport has no Service of that name"},
+		{"ExternalName", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Service.Spec.Type = corev1.ServiceTypeExternalName
+			m.HubSlices = nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "not exported: ExternalName Services cannot be exported"},
+		{"hub namespace missing", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			in.Members, in.Import, in.HubNamespace = []Member{m}, nil, false
+		}, "not imported: hub namespace shop does not exist (start the daemon with --create-namespaces or create it)"},
+		{"import not ours", func(in *Input) {
+			in.Members = []Member{healthy("east", 80, time.Hour)}
+			in.Import.Labels = nil
+		}, "not imported: the hub's ServiceImport shop/cart is not managed by endpoint-aggregator"},
+		{"no record yet", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "pending: the hub holds no slices of this cluster yet"},
+		{"port conflict", func(in *Input) {
+			in.Members = []Member{healthy("east", 8080, time.Minute), healthy("west", 80, time.Hour)}
+			in.Import = imported("east", "west")
+		}, "conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export"},
+		{"unreachable, kept", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Lease, m.Read = lease(5*time.Minute), false
+			in.Members = []Member{m}
+		}, "stale: member unreachable for 5m0s; its endpoints are kept (policy keep)"},
+		{"unreachable, withdrawn by the Secret's policy", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Lease, m.UnreachableWithdraw = lease(5*time.Minute), ptr.To(2*time.Minute)
+			in.Members = []Member{m}
+		}, "its endpoints are withdrawn (policy withdraw after 2m0s)"},
+		{"not readable", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.ReadError, m.Service, m.Export, m.HubSlices = "connection refused", nil, nil, nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "unknown: the member could not be read (connection refused)"},
+		{"per-cluster name taken", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubServiceTaken = true
+			in.Members = []Member{m}
+		}, "the hub Service shop/cart-east is not managed by endpoint-aggregator"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.mutate(&in)
+			r := Build(in)
+			if got := r.Members[0].Verdict; !strings.Contains(got, tc.want) {
+				t.Errorf("east's verdict %q, want it to contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildSummarizesTheImport(t *testing.T) {
+	in := Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Mode: "serviceexport"},
+		Import: imported("east", "west"), Members: []Member{healthy("west", 80, time.Hour), healthy("east", 80, time.Minute)}}
+	in.Import.Spec.IPs = []string{"10.96.0.10"}
+	in.Derived = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: endpoints.DerivedServiceName("shop", "cart")}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.10"}}}
+	r := Build(in)
+	if len(r.Members) != 2 || r.Members[0].Cluster != "east" {
+		t.Fatalf("members %+v, want east then west", r.Members)
+	}
+	if r.Import == nil || strings.Join(r.Import.Clusters, ",") != "east,west" || r.Import.Ports[0] != "http:80/TCP" ||
+		!strings.HasPrefix(r.Import.Derived, "derived-") {
+		t.Errorf("import %+v", r.Import)
+	}
+	if r.Members[0].Connected != "True" || r.Members[0].Healthy != "True" || r.Members[0].Ready != 1 || r.Members[0].Export != "ServiceExport" {
+		t.Errorf("east row %+v", r.Members[0])
+	}
+	none := Build(Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Mode: "serviceexport"}})
+	if none.Import != nil || !strings.Contains(none.ImportMissing, "no cluster exports it") {
+		t.Errorf("without exports: %+v", none)
+	}
+}

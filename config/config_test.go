@@ -180,3 +180,45 @@ func TestApplyToCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceImportCRDKeepsEndpointSliceObjects checks that the stored
+// version of the ServiceImport CRD the chart and config/ ship has
+// status.endpointSliceObjects, which the daemon sets to Present: a CRD
+// without it would prune the field.
+func TestServiceImportCRDKeepsEndpointSliceObjects(t *testing.T) {
+	data, err := os.ReadFile("crd/multicluster.x-k8s.io_serviceimports.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Spec struct {
+			Versions []struct {
+				Name    string `json:"name"`
+				Storage bool   `json:"storage"`
+				Schema  struct {
+					OpenAPIV3Schema struct {
+						Properties map[string]struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"properties"`
+					} `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range crd.Spec.Versions {
+		if !v.Storage {
+			continue
+		}
+		if v.Name != "v1beta1" {
+			t.Errorf("stored version %s, want v1beta1", v.Name)
+		}
+		if _, ok := v.Schema.OpenAPIV3Schema.Properties["status"].Properties["endpointSliceObjects"]; !ok {
+			t.Errorf("%s status has no endpointSliceObjects", v.Name)
+		}
+		return
+	}
+	t.Error("no stored version")
+}

@@ -93,8 +93,9 @@ type MemberRow struct {
 	Connected string `json:"connected"` // True, False or Unknown
 	Healthy   string `json:"healthy"`   // from the member Lease
 	// Service describes the member Service: "ClusterIP http:80/TCP", or
-	// "not found", or "not read".
-	Service string `json:"service"`
+	// "not found", or "not read" (ReadError says why, if it was tried).
+	Service   string `json:"service"`
+	ReadError string `json:"readError,omitempty"`
 	// Export is how the Service is exported ("ServiceExport", ...) with the
 	// ServiceExport's conditions, or why it is not.
 	Export     string   `json:"export"`
@@ -175,7 +176,7 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 		row.Connected = "True"
 		if m.ReadError != "" {
 			row.Connected = "False"
-			row.Service = "not read: " + m.ReadError
+			row.ReadError = m.ReadError
 		}
 	}
 	if m.Read && m.ReadError == "" {

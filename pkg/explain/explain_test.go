@@ -146,6 +146,9 @@ func TestBuildVerdicts(t *testing.T) {
 			if got := r.Members[0].Verdict; !strings.Contains(got, tc.want) {
 				t.Errorf("east's verdict %q, want it to contain %q", got, tc.want)
 			}
+			if m := in.Members[0]; m.ReadError != "" && (r.Members[0].ReadError != m.ReadError || r.Members[0].Connected != "False") {
+				t.Errorf("a member not read: row %+v", r.Members[0])
+			}
 		})
 	}
 }

@@ -103,11 +103,9 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 type daemon struct {
 	*app.Daemon
 	writes *writeCounter
-	// metrics is the daemon's own registry.
-	metrics *prometheus.Registry
-	cancel  context.CancelFunc
-	done    chan error
-	owner   testing.TB
+	cancel context.CancelFunc
+	done   chan error
+	owner  testing.TB
 }
 
 // startDaemon runs the daemon against the hub until the test ends or stop is
@@ -138,13 +136,12 @@ func startDaemonOn(t *testing.T, owner testing.TB, hubCfg *rest.Config, mutate f
 	counter := &writeCounter{}
 	cfg := rest.CopyConfig(hubCfg)
 	cfg.Wrap(counter.wrap)
-	reg := prometheus.NewRegistry()
-	d, err := app.NewDaemon(o, cfg, reg)
+	d, err := app.NewDaemon(o, cfg, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	dm := &daemon{Daemon: d, writes: counter, metrics: reg, cancel: cancel, done: make(chan error, 1), owner: owner}
+	dm := &daemon{Daemon: d, writes: counter, cancel: cancel, done: make(chan error, 1), owner: owner}
 	go func() { dm.done <- d.Run(ctx) }()
 	owner.Cleanup(dm.stop)
 	return dm

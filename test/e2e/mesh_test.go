@@ -94,26 +94,9 @@ func (m *mesh) statusWrites(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, n := range m.names {
-		out[n] = int(counterSum(t, m.daemons[n], "endpoint_aggregator_member_writes_total"))
+		out[n] = int(counterValue(t, m.daemons[n], "endpoint_aggregator_member_writes_total"))
 	}
 	return out
-}
-
-func counterSum(t *testing.T, d *daemon, name string) float64 {
-	t.Helper()
-	mfs, err := d.metrics.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // export creates a Service with one endpoint slice and its ServiceExport in

@@ -123,13 +123,7 @@ func (o *explainOptions) parseTarget(arg string) error {
 }
 
 func (o *explainOptions) validate() error {
-	errs := o.kube.validate()
-	if o.HubContext == "" {
-		errs = append(errs, errors.New("--hub-context is required"))
-	}
-	if !slices.Contains(statusOutputs, o.Output) {
-		errs = append(errs, fmt.Errorf("--output %q: want one of %s", o.Output, strings.Join(statusOutputs, ", ")))
-	}
+	errs := append(o.kube.validate(), hubOutputErrors(o.HubContext, o.Output)...)
 	if _, err := easync.ParseExportMode(o.ExportMode); err != nil {
 		errs = append(errs, fmt.Errorf("--export-mode: %w", err))
 	}
@@ -345,6 +339,9 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 		return err
 	}
 	for _, m := range r.Members {
+		if m.ReadError != "" {
+			fmt.Fprintf(w, "  %s not read: %s\n", m.Cluster, m.ReadError)
+		}
 		if len(m.Conditions) > 0 {
 			fmt.Fprintf(w, "  %s ServiceExport: %s\n", m.Cluster, strings.Join(m.Conditions, ", "))
 		}

@@ -35,14 +35,20 @@ func (o *statusOptions) addFlags(cmd *cobra.Command) {
 }
 
 func (o *statusOptions) validate() error {
-	errs := o.kube.validate()
-	if o.HubContext == "" {
+	return errors.Join(append(o.kube.validate(), hubOutputErrors(o.HubContext, o.Output)...)...)
+}
+
+// hubOutputErrors checks the --hub-context and --output of a reading
+// command (status, explain).
+func hubOutputErrors(hubContext, output string) []error {
+	var errs []error
+	if hubContext == "" {
 		errs = append(errs, errors.New("--hub-context is required"))
 	}
-	if !slices.Contains(statusOutputs, o.Output) {
-		errs = append(errs, fmt.Errorf("--output %q: want one of %s", o.Output, strings.Join(statusOutputs, ", ")))
+	if !slices.Contains(statusOutputs, output) {
+		errs = append(errs, fmt.Errorf("--output %q: want one of %s", output, strings.Join(statusOutputs, ", ")))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func newStatusCommand() *cobra.Command {

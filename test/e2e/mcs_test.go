@@ -249,13 +249,17 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 			}
 			return nil
 		})
-		imp, err := e.serviceImport(t, "db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if imp.Spec.Type != mcsv1beta1.Headless {
-			t.Errorf("db import type %s", imp.Spec.Type)
-		}
+		// The import follows the slices that record the exports.
+		eventually(t, waitTimeout, func() error {
+			imp, err := e.serviceImport(t, "db")
+			if err != nil {
+				return err
+			}
+			if imp.Spec.Type != mcsv1beta1.Headless {
+				return fmt.Errorf("db import type %s", imp.Spec.Type)
+			}
+			return nil
+		})
 	})
 
 	t.Run("unexporting from one of two members keeps the import and withdraws that member", func(t *testing.T) {

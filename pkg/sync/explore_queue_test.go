@@ -1,8 +1,11 @@
 package sync
 
 import (
+	"cmp"
 	"math/rand"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -49,7 +52,9 @@ func (q *simQueue) Get() (Key, bool) {
 	}
 	// The controller queues some keys in map order: sort, so that a seed
 	// replays the same order.
-	sort.Slice(q.ready, func(i, j int) bool { return q.ready[i].String() < q.ready[j].String() })
+	slices.SortFunc(q.ready, func(a, b Key) int {
+		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
 	i := q.rng.Intn(len(q.ready))
 	k := q.ready[i]
 	q.ready = append(q.ready[:i], q.ready[i+1:]...)

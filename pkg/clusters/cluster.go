@@ -63,7 +63,7 @@ type Cluster struct {
 	started  time.Time
 
 	probeNow       chan struct{} // asks for a probe now (after syncing)
-	policy         policyOverride
+	policy         PolicyOverride
 	healthy        atomic.Bool
 	lastHealthy    atomic.Int64 // unix nanoseconds
 	unhealthySince atomic.Int64 // unix nanoseconds; 0 before the first failure

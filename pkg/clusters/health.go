@@ -97,14 +97,16 @@ func (c *Cluster) UnreachablePolicy(grace, withdraw time.Duration) (time.Duratio
 	return grace, withdraw
 }
 
-// policyOverride holds a Secret's parsed overrides; nil keeps the default.
-type policyOverride struct {
+// PolicyOverride holds a registration Secret's unreachable-policy
+// overrides; nil keeps the default.
+type PolicyOverride struct {
 	Grace, Withdraw *time.Duration
 }
 
-// parsePolicyOverride reads the override annotations of a Secret.
-func parsePolicyOverride(annotations map[string]string) (policyOverride, error) {
-	var p policyOverride
+// ParsePolicyOverride reads the override annotations of a registration
+// Secret.
+func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) {
+	var p PolicyOverride
 	for key, dst := range map[string]**time.Duration{AnnotationUnreachableGrace: &p.Grace, AnnotationUnreachableWithdraw: &p.Withdraw} {
 		v, ok := annotations[key]
 		if !ok {
@@ -112,7 +114,7 @@ func parsePolicyOverride(annotations map[string]string) (policyOverride, error) 
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return policyOverride{}, fmt.Errorf("annotation %s=%q is not a non-negative duration", key, v)
+			return PolicyOverride{}, fmt.Errorf("annotation %s=%q is not a non-negative duration", key, v)
 		}
 		*dst = &d
 	}

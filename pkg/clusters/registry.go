@@ -328,7 +328,7 @@ func (r *Registry) syncSecret(key string) error {
 		return nil
 	}
 
-	policy, err := parsePolicyOverride(secret.Annotations)
+	policy, err := ParsePolicyOverride(secret.Annotations)
 	if err != nil {
 		r.warn(secret, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", err)
 	}

@@ -16,18 +16,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
 // Policy is the part of the daemon's configuration a verdict depends on:
 // pass the flags the daemon runs with.
 type Policy struct {
-	// Mode is the export mode: serviceexport, annotation or all.
-	Mode             string
-	Include, Exclude []string
+	Export           easync.ExportPolicy
 	CreateNamespaces bool
 	PerCluster       endpoints.PerClusterMode
 	// UnreachableGrace and UnreachableWithdraw are the daemon's defaults;
@@ -146,13 +144,16 @@ func Build(in Input) Report {
 func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export) {
 	var out []endpoints.Export
 	for _, m := range in.Members {
-		for _, s := range m.HubSlices {
-			if rec := s.Annotations[endpoints.AnnotationExportRecord]; rec != "" {
-				if e, err := endpoints.ParseExportRecord(m.Name, in.Namespace, in.Name, rec); err == nil {
-					out = append(out, e)
-				}
-				break
-			}
+		digests := make([]*endpoints.SliceDigest, len(m.HubSlices))
+		for i, s := range m.HubSlices {
+			digests[i] = endpoints.DigestSlice(s)
+		}
+		rec, ok := endpoints.SourceRecord(in.Namespace, in.Name, m.Name, digests)
+		if !ok {
+			continue
+		}
+		if e, err := endpoints.ParseExportRecord(m.Name, in.Namespace, in.Name, rec); err == nil {
+			out = append(out, e)
 		}
 	}
 	byCluster := map[string]*endpoints.Export{}
@@ -258,11 +259,11 @@ func describeExport(p Policy, m Member) (string, []string) {
 			conds = append(conds, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
 		}
 	}
-	switch p.Mode {
-	case "all":
+	switch p.Export.Mode {
+	case easync.ExportAll:
 		return "mode all", conds
-	case "annotation":
-		if m.Service != nil && m.Service.Annotations[annotationExport] == "true" {
+	case easync.ExportAnnotation:
+		if m.Service != nil && m.Service.Annotations[easync.AnnotationExport] == "true" {
 			return "annotation", conds
 		}
 		return "no annotation", conds
@@ -275,9 +276,6 @@ func describeExport(p Policy, m Member) (string, []string) {
 	}
 	return "no ServiceExport", conds
 }
-
-// annotationExport is the member Service annotation of annotation mode.
-const annotationExport = "endpoint-aggregator.io/export"
 
 func describeHub(m Member) string {
 	var parts []string
@@ -310,8 +308,8 @@ func describeHub(m Member) string {
 // verdict is the one plain sentence of a member's row.
 func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult, down bool, since time.Time) string {
 	ns := in.Namespace
-	if !namespaceSelected(in.Policy, ns) {
-		if len(in.Policy.Include) > 0 && !slices.Contains(in.Policy.Include, ns) {
+	if !in.Policy.Export.NamespaceSelected(ns) {
+		if in.Policy.Export.Include.Len() > 0 && !in.Policy.Export.Include.Has(ns) {
 			return fmt.Sprintf("not exported: namespace %s is not in --include-namespaces", ns)
 		}
 		return fmt.Sprintf("not exported: namespace %s is excluded by --exclude-namespaces", ns)
@@ -374,12 +372,12 @@ func memberVerdict(p Policy, m Member) string {
 	case svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue:
 		return "not exported: the Service was written by endpoint-aggregator, whose output is never exported again"
 	}
-	switch p.Mode {
-	case "annotation":
-		if svc.Annotations[annotationExport] != "true" {
-			return fmt.Sprintf("not exported: the Service lacks the annotation %s: \"true\" (--export-mode=annotation)", annotationExport)
+	switch p.Export.Mode {
+	case easync.ExportAnnotation:
+		if svc.Annotations[easync.AnnotationExport] != "true" {
+			return fmt.Sprintf("not exported: the Service lacks the annotation %s: \"true\" (--export-mode=annotation)", easync.AnnotationExport)
 		}
-	case "all":
+	case easync.ExportAll:
 	default:
 		if m.Export == nil {
 			return fmt.Sprintf("not exported: no ServiceExport %s/%s in this cluster (--export-mode=serviceexport)", svc.Namespace, svc.Name)
@@ -469,13 +467,6 @@ func conflictSummary(cs []endpoints.Conflict) string {
 	return strings.Join(reasons, ", ")
 }
 
-func namespaceSelected(p Policy, ns string) bool {
-	if len(p.Include) > 0 && !slices.Contains(p.Include, ns) {
-		return false
-	}
-	return !sets.New(p.Exclude...).Has(ns)
-}
-
 func importRow(imp *mcsv1beta1.ServiceImport, derived *corev1.Service) *ImportRow {
 	row := &ImportRow{Type: string(imp.Spec.Type), IPs: imp.Spec.IPs, Derived: "missing"}
 	for _, p := range imp.Spec.Ports {
@@ -507,7 +498,7 @@ func importRow(imp *mcsv1beta1.ServiceImport, derived *corev1.Service) *ImportRo
 // importMissing says why there is no ServiceImport.
 func importMissing(in Input, records int) string {
 	switch {
-	case !namespaceSelected(in.Policy, in.Namespace):
+	case !in.Policy.Export.NamespaceSelected(in.Namespace):
 		return "the namespace is not exported"
 	case !in.HubNamespace && !in.Policy.CreateNamespaces:
 		return fmt.Sprintf("hub namespace %s does not exist", in.Namespace)

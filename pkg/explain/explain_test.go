@@ -9,10 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
 var now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -29,7 +31,8 @@ func export(age time.Duration) *mcsv1beta1.ServiceExport {
 // hubSlice is the MCS slice the daemon would write for member m.
 func hubSlice(cluster string, s *corev1.Service, se *mcsv1beta1.ServiceExport, ready int) *discoveryv1.EndpointSlice {
 	rec := endpoints.ExportRecord(endpoints.Export{Cluster: cluster, Service: s, Created: se.CreationTimestamp})
-	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{endpoints.AnnotationExportRecord: rec}}}
+	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-" + cluster,
+		Labels: endpoints.SliceLabels("shop", "cart", cluster), Annotations: map[string]string{endpoints.AnnotationExportRecord: rec}}}
 	for i := range ready {
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.0." + string(rune('1'+i))}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
@@ -61,7 +64,7 @@ func healthy(name string, port int32, age time.Duration) Member {
 func TestBuildVerdicts(t *testing.T) {
 	base := func() Input {
 		return Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true,
-			Policy: Policy{Mode: "serviceexport", Exclude: []string{"kube-system"}}, Import: imported("east")}
+			Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport, Exclude: sets.New("kube-system")}}, Import: imported("east")}
 	}
 	cases := []struct {
 		name   string
@@ -74,7 +77,7 @@ func TestBuildVerdicts(t *testing.T) {
 			in.Members = []Member{healthy("east", 80, time.Hour)}
 		}, "not exported: namespace kube-system is excluded by --exclude-namespaces"},
 		{"namespace not included", func(in *Input) {
-			in.Policy.Include = []string{"billing"}
+			in.Policy.Export.Include = sets.New("billing")
 			in.Members = []Member{healthy("east", 80, time.Hour)}
 		}, "not exported: namespace shop is not in --include-namespaces"},
 		{"no ServiceExport", func(in *Input) {
@@ -83,7 +86,7 @@ func TestBuildVerdicts(t *testing.T) {
 			in.Members, in.Import = []Member{m}, nil
 		}, "not exported: no ServiceExport shop/cart in this cluster"},
 		{"no annotation", func(in *Input) {
-			in.Policy.Mode = "annotation"
+			in.Policy.Export.Mode = easync.ExportAnnotation
 			m := healthy("east", 80, time.Hour)
 			m.HubSlices = nil
 			in.Members, in.Import = []Member{m}, nil
@@ -154,7 +157,7 @@ func TestBuildVerdicts(t *testing.T) {
 }
 
 func TestBuildSummarizesTheImport(t *testing.T) {
-	in := Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Mode: "serviceexport"},
+	in := Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}},
 		Import: imported("east", "west"), Members: []Member{healthy("west", 80, time.Hour), healthy("east", 80, time.Minute)}}
 	in.Import.Spec.IPs = []string{"10.96.0.10"}
 	in.Derived = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: endpoints.DerivedServiceName("shop", "cart")}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.10"}}}
@@ -169,7 +172,7 @@ func TestBuildSummarizesTheImport(t *testing.T) {
 	if r.Members[0].Connected != "True" || r.Members[0].Healthy != "True" || r.Members[0].Ready != 1 || r.Members[0].Export != "ServiceExport" {
 		t.Errorf("east row %+v", r.Members[0])
 	}
-	none := Build(Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Mode: "serviceexport"}})
+	none := Build(Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}}})
 	if none.Import != nil || !strings.Contains(none.ImportMissing, "no cluster exports it") {
 		t.Errorf("without exports: %+v", none)
 	}

@@ -96,7 +96,7 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, complete 
 		}
 		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
 		if err != nil {
-			klog.V(2).InfoS("Export record unreadable; the merge waits for the member's sync", "key", src.String(), "err", err)
+			klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "key", src.String(), "err", err)
 			return nil, false, nil
 		}
 		exports = append(exports, e)
@@ -109,7 +109,7 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, complete 
 // what the import tells them: which clusters it lists, or its Conflict
 // condition. Their syncs copy it onto the members' ServiceExports.
 func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
-	if !c.writesExportStatus() || (before != nil) == (after != nil) && exportFacing(before) == exportFacing(after) {
+	if !c.writesExportStatus() || exportFacing(before) == exportFacing(after) {
 		return
 	}
 	clusters := map[string]bool{}
@@ -127,17 +127,18 @@ func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.Serv
 }
 
 // exportFacing is what a ServiceImport tells its exports: the clusters it
-// lists and its Conflict condition (status, reason, message).
+// lists and its Conflict condition (status, reason, message); "none" for no
+// import, which no import's facing can equal.
 func exportFacing(imp *mcsv1beta1.ServiceImport) string {
 	if imp == nil {
-		return ""
+		return "none"
 	}
 	clusters := make([]string, 0, len(imp.Status.Clusters))
 	for _, s := range imp.Status.Clusters {
 		clusters = append(clusters, s.Cluster)
 	}
 	slices.Sort(clusters)
-	out := strings.Join(clusters, ",")
+	out := "clusters " + strings.Join(clusters, ",")
 	if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c != nil {
 		out += "\n" + string(c.Status) + "\n" + c.Reason + "\n" + c.Message
 	}

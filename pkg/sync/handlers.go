@@ -195,19 +195,19 @@ func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
 	h.AddFunc = func(obj interface{}, initialList bool) {
 		add(obj, initialList)
-		c.enqueueMerge(obj, initialList)
+		c.enqueueMerge(obj)
 	}
 	h.UpdateFunc = func(old, cur interface{}) {
 		update(old, cur)
 		o, err1 := metaOf(old)
 		n, err2 := metaOf(cur)
 		if err1 == nil && err2 == nil && o.GetAnnotations()[endpoints.AnnotationExportRecord] != n.GetAnnotations()[endpoints.AnnotationExportRecord] {
-			c.enqueueMerge(cur, false)
+			c.enqueueMerge(cur)
 		}
 	}
 	h.DeleteFunc = func(obj interface{}) {
 		remove(obj)
-		c.enqueueMerge(obj, false)
+		c.enqueueMerge(obj)
 	}
 	return h
 }
@@ -219,16 +219,13 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 	changed := func(old, cur interface{}) {
 		o, _ := old.(*mcsv1beta1.ServiceImport)
 		n, _ := cur.(*mcsv1beta1.ServiceImport)
-		if (o == nil) == (n == nil) && exportFacing(o) == exportFacing(n) {
-			return
+		ref := n
+		if ref == nil {
+			ref = o
 		}
-		key := Key{}
-		if n != nil {
-			key = Key{Namespace: n.Namespace, Name: n.Name}
-		} else if o != nil {
-			key = Key{Namespace: o.Namespace, Name: o.Name}
+		if ref != nil {
+			c.queueExportStatuses(Key{Namespace: ref.Namespace, Name: ref.Name}, o, n)
 		}
-		c.queueExportStatuses(key, o, n)
 	}
 	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
 	h.AddFunc = func(obj interface{}, initialList bool) {
@@ -271,7 +268,7 @@ func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 // enqueueMerge queues the clusterset key of the source of one of our
 // slices, coalesced: the sync that wrote the slice queued it already, so
 // this is the safety net for a merge that read something else.
-func (c *Controller) enqueueMerge(obj interface{}, _ bool) {
+func (c *Controller) enqueueMerge(obj interface{}) {
 	m, err := metaOf(obj)
 	if err != nil {
 		return

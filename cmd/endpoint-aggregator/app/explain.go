@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -148,9 +149,11 @@ func (o *explainOptions) run(ctx context.Context, out, errOut io.Writer) error {
 // read gathers what explain needs; warn reports what could not be read.
 func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(string, ...any)) (explain.Input, error) {
 	pc, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
+	mode, _ := easync.ParseExportMode(o.ExportMode)
 	in := explain.Input{Namespace: o.namespace, Name: o.service, Now: time.Now(), Policy: explain.Policy{
-		Mode: o.ExportMode, Include: o.IncludeNamespaces, Exclude: o.ExcludeNamespaces, CreateNamespaces: o.CreateNamespaces,
-		PerCluster: pc, UnreachableGrace: o.UnreachableGrace, UnreachableWithdraw: o.UnreachableWithdraw,
+		Export:           easync.ExportPolicy{Mode: mode, Include: sets.New(o.IncludeNamespaces...), Exclude: sets.New(o.ExcludeNamespaces...)},
+		CreateNamespaces: o.CreateNamespaces,
+		PerCluster:       pc, UnreachableGrace: o.UnreachableGrace, UnreachableWithdraw: o.UnreachableWithdraw,
 	}}
 	secrets, err := hub.kube.CoreV1().Secrets(o.kube.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
@@ -219,8 +222,11 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		}
 		seen[name] = true
 		m := explain.Member{Name: name, Secret: s.Name}
-		m.UnreachableGrace = annotationDuration(s, clusters.AnnotationUnreachableGrace)
-		m.UnreachableWithdraw = annotationDuration(s, clusters.AnnotationUnreachableWithdraw)
+		if p, err := clusters.ParsePolicyOverride(s.Annotations); err != nil {
+			warn("registration Secret %s: %v; the daemon's policy is assumed", s.Name, err)
+		} else {
+			m.UnreachableGrace, m.UnreachableWithdraw = p.Grace, p.Withdraw
+		}
 		if !o.ReadMembers {
 			add(m, nil, nil)
 			continue
@@ -298,18 +304,6 @@ func (o *explainOptions) readHubPart(ctx context.Context, hub *cliClients, m *ex
 		eps.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue {
 		m.HubEndpoints = eps
 	}
-}
-
-func annotationDuration(s *corev1.Secret, key string) *time.Duration {
-	v, ok := s.Annotations[key]
-	if !ok {
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return nil
-	}
-	return &d
 }
 
 func printExplanation(w io.Writer, format string, r explain.Report) error {

@@ -49,7 +49,7 @@ type EventHandlers struct {
 type Cluster struct {
 	name     string
 	hash     string
-	secret   string // namespace/name of the registering Secret
+	secret   string // queue key of the registering Secret or ClusterProfile
 	clients  Clients
 	handlers EventHandlers
 
@@ -67,6 +67,10 @@ type Cluster struct {
 	healthy        atomic.Bool
 	lastHealthy    atomic.Int64 // unix nanoseconds
 	unhealthySince atomic.Int64 // unix nanoseconds; 0 before the first failure
+	// reported is why the cluster manager says the member's control plane
+	// is unhealthy (a ClusterProfile's ControlPlaneHealthy=False); "" or
+	// nil when it does not. The probe fails while it is set.
+	reported atomic.Pointer[string]
 }
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {

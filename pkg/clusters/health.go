@@ -59,7 +59,12 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 }
 
 // probe asks the member's /readyz, which every authenticated client may read.
+// A member whose cluster manager reports its control plane unhealthy fails
+// without being asked: the unreachable machinery and policy then apply.
 func (c *Cluster) probe(timeout time.Duration) error {
+	if reason := c.reported.Load(); reason != nil && *reason != "" {
+		return fmt.Errorf("member %q: %s", c.name, *reason)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	rc := c.clients.Kube.Discovery().RESTClient()
@@ -119,4 +124,17 @@ func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) 
 		*dst = &d
 	}
 	return p, nil
+}
+
+// reportUnhealthy records what the cluster manager says of the member's
+// control plane ("" for nothing wrong) and asks for a probe when it changed.
+func (c *Cluster) reportUnhealthy(reason string) {
+	old := c.reported.Swap(&reason)
+	if (old == nil && reason == "") || (old != nil && *old == reason) {
+		return
+	}
+	select {
+	case c.probeNow <- struct{}{}:
+	default:
+	}
 }

@@ -35,6 +35,12 @@ func RESTConfig(data []byte, policy KubeconfigPolicy) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig does not parse: %w", err)
 	}
+	return restConfigFrom(cfg, policy)
+}
+
+// restConfigFrom checks a parsed kubeconfig against the policy and returns
+// the client config of its current context.
+func restConfigFrom(cfg *clientcmdapi.Config, policy KubeconfigPolicy) (*rest.Config, error) {
 	if err := checkKubeconfig(cfg, policy); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+	cplisters "sigs.k8s.io/cluster-inventory-api/client/listers/apis/v1alpha1"
 )
 
 // Registration Secret contract.
@@ -102,11 +106,13 @@ type Options struct {
 	// Static members are registered without a Secret, e.g. the hub itself
 	// with --hub-is-member. A Secret cannot claim their names.
 	Static map[string]*rest.Config
+	// ClusterProfiles registers members from ClusterProfiles too.
+	ClusterProfiles ClusterProfileOptions
 }
 
 // member is the registry's state for one cluster name.
 type member struct {
-	secret   string   // namespace/name of the owning Secret
+	secret   string   // queue key of the owning Secret or ClusterProfile
 	active   *Cluster // the connection the sync reads from
 	pending  *Cluster // a rotated connection waiting to sync
 	timedOut bool
@@ -120,14 +126,17 @@ type Registry struct {
 
 	secretInformer cache.SharedIndexInformer
 	secrets        corelisters.SecretLister
-	queue          workqueue.TypedRateLimitingInterface[string]
+	// profileInformers and profiles watch ClusterProfiles, by namespace.
+	profileInformers []cache.SharedIndexInformer
+	profiles         map[string]cplisters.ClusterProfileNamespaceLister
+	queue            workqueue.TypedRateLimitingInterface[string]
 
 	// initialized is set once every Secret present at start was processed.
 	initialized atomic.Bool
 
 	mu       sync.RWMutex
 	members  map[string]*member // by cluster name
-	bySecret map[string]string  // secret key → cluster name
+	bySecret map[string]string  // queue key of a Secret or ClusterProfile → cluster name
 }
 
 // NewRegistry returns a Registry watching registration Secrets through hub.
@@ -170,7 +179,45 @@ func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handle
 		},
 		DeleteFunc: r.enqueue,
 	})
+	if opts.ClusterProfiles.enabled() {
+		r.watchClusterProfiles()
+	}
 	return r
+}
+
+// watchClusterProfiles sets up one ClusterProfile informer per namespace.
+func (r *Registry) watchClusterProfiles() {
+	o := r.opts.ClusterProfiles
+	r.profiles = map[string]cplisters.ClusterProfileNamespaceLister{}
+	for _, ns := range o.Namespaces {
+		f := cpinformers.NewSharedInformerFactoryWithOptions(o.Client, 0,
+			cpinformers.WithNamespace(ns),
+			cpinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				if o.ClusterManager != "" {
+					lo.LabelSelector = labels.Set{cpv1alpha1.LabelClusterManagerKey: o.ClusterManager}.String()
+				}
+			}))
+		inf := f.Apis().V1alpha1().ClusterProfiles()
+		enqueue := func(obj interface{}) {
+			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+			if err != nil {
+				utilruntime.HandleError(err)
+				return
+			}
+			r.queue.Add(profileKeyPrefix + key)
+		}
+		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue,
+			UpdateFunc: func(old, cur interface{}) {
+				if old.(*cpv1alpha1.ClusterProfile).ResourceVersion != cur.(*cpv1alpha1.ClusterProfile).ResourceVersion {
+					enqueue(cur)
+				}
+			},
+			DeleteFunc: enqueue,
+		})
+		r.profileInformers = append(r.profileInformers, inf.Informer())
+		r.profiles[ns] = inf.Lister().ClusterProfiles(ns)
+	}
 }
 
 func defaultClients(watchExports bool) func(*rest.Config) (Clients, error) {
@@ -192,7 +239,12 @@ func (r *Registry) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer r.queue.ShutDown()
 	go r.secretInformer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), r.secretInformer.HasSynced) {
+	synced := []cache.InformerSynced{r.secretInformer.HasSynced}
+	for _, inf := range r.profileInformers {
+		go inf.RunWithContext(ctx)
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	for name, cfg := range r.opts.Static {
@@ -200,15 +252,12 @@ func (r *Registry) Run(ctx context.Context) {
 			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", name, err))
 		}
 	}
-	// Process the Secrets present at start before saying so: until then a
-	// registered member would look unregistered, and its hub objects would
-	// be garbage collected.
-	if all, err := r.secrets.List(labels.Everything()); err == nil {
-		for _, s := range all {
-			key := s.Namespace + "/" + s.Name
-			if err := r.syncSecret(key); err != nil {
-				utilruntime.HandleError(fmt.Errorf("syncing member Secret %s: %w", key, err))
-			}
+	// Process the Secrets and ClusterProfiles present at start before
+	// saying so: until then a registered member would look unregistered,
+	// and its hub objects would be garbage collected.
+	for _, cl := range r.claims() {
+		if err := r.sync(cl.key); err != nil {
+			utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", cl.key, err))
 		}
 	}
 	r.initialized.Store(true)
@@ -237,8 +286,9 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 }
 
-// SecretsSynced reports whether the Secrets present at start have been
-// processed: from then on a cluster name that is not registered really is gone.
+// SecretsSynced reports whether the Secrets (and ClusterProfiles) present at
+// start have been processed: from then on a cluster name that is not
+// registered really is gone.
 func (r *Registry) SecretsSynced() bool { return r.initialized.Load() }
 
 // Ready reports whether Secrets synced and every member synced or timed out.
@@ -287,8 +337,8 @@ func (r *Registry) processNext(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false // shutting down: leave the rest of the queue
 	}
-	if err := r.syncSecret(key); err != nil {
-		utilruntime.HandleError(fmt.Errorf("syncing member Secret %s: %w", key, err))
+	if err := r.sync(key); err != nil {
+		utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", key, err))
 		r.queue.AddRateLimited(key)
 		return true
 	}
@@ -296,82 +346,170 @@ func (r *Registry) processNext(ctx context.Context) bool {
 	return true
 }
 
-// syncSecret brings the member registered by one Secret in line with it.
-// Bad content keeps whatever already runs for the Secret and says why in an
-// Event: a broken update must not take a working member down.
-func (r *Registry) syncSecret(key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
+// registration is what one registering object, a Secret or a
+// ClusterProfile, asks for.
+type registration struct {
+	claim
+	hash      string
+	policy    PolicyOverride
+	policyErr error
+	// config builds the member's client config; invalid is the Event
+	// reason when it fails for another reason than a refused feature.
+	config  func() (*rest.Config, error)
+	invalid string
+	// unhealthy is why the cluster manager says the member's control plane
+	// is unhealthy, or "".
+	unhealthy string
+}
+
+// sync brings the member registered by one Secret or ClusterProfile in line
+// with it.
+func (r *Registry) sync(key string) error {
+	var reg *registration
+	var err error
+	if pkey, ok := strings.CutPrefix(key, profileKeyPrefix); ok {
+		reg, err = r.profileRegistration(pkey)
+	} else {
+		reg, err = r.secretRegistration(key)
+	}
 	if err != nil {
 		return err
+	}
+	if reg == nil {
+		r.remove(key, nil)
+		return nil
+	}
+	return r.register(reg)
+}
+
+// secretRegistration reads a registration Secret; nil when it is gone.
+func (r *Registry) secretRegistration(key string) (*registration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
 	}
 	secret, err := r.secrets.Secrets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		r.removeSecret(key, nil)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-
 	cluster := ClusterName(secret)
+	policy, policyErr := ParsePolicyOverride(secret.Annotations)
+	data := secret.Data[KubeconfigKey]
+	return &registration{
+		claim:     claim{key: key, cluster: cluster, created: secret.CreationTimestamp, ref: secretRef(secret)},
+		hash:      hashOf(cluster, data, secret.Annotations[AnnotationUnreachableGrace], secret.Annotations[AnnotationUnreachableWithdraw]),
+		policy:    policy,
+		policyErr: policyErr,
+		config:    func() (*rest.Config, error) { return RESTConfig(data, r.opts.Policy) },
+		invalid:   ReasonInvalidConfig,
+	}, nil
+}
+
+// profileRegistration reads a ClusterProfile (key without its prefix); nil
+// when it is gone or filtered out. The member is named after it.
+func (r *Registry) profileRegistration(key string) (*registration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
+	}
+	lister, ok := r.profiles[ns]
+	if !ok {
+		return nil, nil
+	}
+	cp, err := lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	providers := r.opts.ClusterProfiles.Providers
+	policy, policyErr := ParsePolicyOverride(cp.Annotations)
+	reg := &registration{
+		claim:     claim{key: profileKeyPrefix + key, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)},
+		hash:      providers.profileHash(cp),
+		policy:    policy,
+		policyErr: policyErr,
+		config:    func() (*rest.Config, error) { return providers.RESTConfig(cp, r.opts.Policy) },
+		invalid:   ReasonInvalidAccessProvider,
+		unhealthy: ControlPlaneUnhealthy(cp),
+	}
+	if p, _ := providers.choose(cp); p == nil {
+		reg.invalid = ReasonNoAccessProvider
+	}
+	return reg, nil
+}
+
+// register brings the member a registration names in line with it. Bad
+// content keeps whatever already runs for the object and says why in an
+// Event: a broken update must not take a working member down.
+func (r *Registry) register(reg *registration) error {
+	key, cluster, ref := reg.key, reg.cluster, reg.ref
 	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
-		r.warn(secret, ReasonInvalidName, "cluster name %q is not a DNS-1123 label: %s", cluster, errs[0])
+		r.warn(ref, ReasonInvalidName, "cluster name %q is not a DNS-1123 label: %s", cluster, errs[0])
 		return nil
 	}
 	if _, static := r.opts.Static[cluster]; static {
-		r.warn(secret, ReasonDuplicateName, "cluster name %q is taken by a member the daemon registers itself (--hub-is-member); this Secret is ignored", cluster)
+		r.warn(ref, ReasonDuplicateName, "cluster name %q is taken by a member the daemon registers itself (--hub-is-member); this %s is ignored", cluster, ref.Kind)
 		return nil
 	}
-	if owner := r.nameOwner(cluster); owner != nil && owner.UID != secret.UID {
-		r.warn(secret, ReasonDuplicateName, "cluster name %q is already registered by the older Secret %s/%s; this Secret is ignored", cluster, owner.Namespace, owner.Name)
-		r.removeSecret(key, secret)
+	if owner := r.nameOwner(cluster); owner != nil && owner.key != key {
+		r.warn(ref, ReasonDuplicateName, "cluster name %q is already registered by the older %s %s/%s; this %s is ignored", cluster, owner.ref.Kind, owner.ref.Namespace, owner.ref.Name, ref.Kind)
+		r.remove(key, ref)
 		return nil
 	}
 
-	policy, err := ParsePolicyOverride(secret.Annotations)
-	if err != nil {
-		r.warn(secret, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", err)
+	if reg.policyErr != nil {
+		r.warn(ref, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", reg.policyErr)
 	}
-	data := secret.Data[KubeconfigKey]
-	hash := hashOf(cluster, data, secret.Annotations[AnnotationUnreachableGrace], secret.Annotations[AnnotationUnreachableWithdraw])
 	r.mu.RLock()
 	m := r.members[cluster]
 	prevName, hadPrev := r.bySecret[key]
-	upToDate := m != nil && m.secret == key && (m.active.hash == hash || (m.pending != nil && m.pending.hash == hash))
+	upToDate := m != nil && m.secret == key && (m.active.hash == reg.hash || (m.pending != nil && m.pending.hash == reg.hash))
+	if upToDate {
+		m.active.reportUnhealthy(reg.unhealthy)
+		if m.pending != nil {
+			m.pending.reportUnhealthy(reg.unhealthy)
+		}
+	}
 	r.mu.RUnlock()
 	if upToDate {
 		return nil
 	}
 
-	cfg, err := RESTConfig(data, r.opts.Policy)
+	cfg, err := reg.config()
 	if err != nil {
-		reason := ReasonInvalidConfig
+		reason := reg.invalid
 		if isRefused(err) {
 			reason = ReasonRefusedConfig
 		}
 		if m != nil {
-			r.warn(secret, reason, "%v; keeping the previous connection to member %q", err, cluster)
+			r.warn(ref, reason, "%v; keeping the previous connection to member %q", err, cluster)
 		} else {
-			r.warn(secret, reason, "%v; member %q not connected", err, cluster)
+			r.warn(ref, reason, "%v; member %q not connected", err, cluster)
 		}
 		return nil
 	}
 	if hadPrev && prevName != cluster {
-		// The Secret now names another cluster: withdraw the old name.
-		r.removeSecret(key, secret)
+		// The object now names another cluster: withdraw the old name.
+		r.remove(key, ref)
 	}
 	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
-		r.warn(secret, ReasonClientFailed, "building client for member %q: %v", cluster, err)
+		r.warn(ref, ReasonClientFailed, "building client for member %q: %v", cluster, err)
 		return nil
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(cluster)
-	c, err := newCluster(cluster, hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
+	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
 	if err != nil {
 		return err
 	}
-	c.policy = policy
+	c.policy = reg.policy
+	c.reportUnhealthy(reg.unhealthy)
 
 	r.mu.Lock()
 	m = r.members[cluster]
@@ -386,7 +524,6 @@ func (r *Registry) syncSecret(key string) error {
 	r.bySecret[key] = cluster
 	r.mu.Unlock()
 
-	ref := secretRef(secret)
 	go r.run(c, ref)
 	return nil
 }
@@ -517,15 +654,20 @@ func (r *Registry) onHealthChanged(c *Cluster, ref *corev1.ObjectReference, heal
 	case healthy:
 		r.eventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
 	default:
-		r.eventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q does not answer its health probe; its last-known endpoints are kept unless an unreachable policy applies", c.name)
+		why := "does not answer its health probe"
+		if reported := c.reported.Load(); reported != nil && *reported != "" {
+			why = "is unhealthy: " + *reported
+		}
+		r.eventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q %s; its last-known endpoints are kept unless an unreachable policy applies", c.name, why)
 	}
 	klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)
 	r.handler.ClusterHealthChanged(c.name, healthy)
 }
 
-// removeSecret stops the member registered by a Secret and tells the handler,
-// which withdraws the member's hub objects. secret is nil when it was deleted.
-func (r *Registry) removeSecret(key string, secret *corev1.Secret) {
+// remove stops the member registered by a Secret or ClusterProfile and tells
+// the handler, which withdraws the member's hub objects. ref is nil when the
+// object was deleted.
+func (r *Registry) remove(key string, ref *corev1.ObjectReference) {
 	r.mu.Lock()
 	name, ok := r.bySecret[key]
 	if !ok {
@@ -545,48 +687,76 @@ func (r *Registry) removeSecret(key string, secret *corev1.Secret) {
 	if m.pending != nil {
 		m.pending.shutdown()
 	}
-	ref := secretRef(secret)
-	if secret == nil {
-		ns, n, _ := cache.SplitMetaNamespaceKey(key)
-		ref = &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: ns, Name: n}
+	if ref == nil {
+		ref = refForKey(key)
 	}
 	r.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonMemberRemoved, "member %q unregistered; its hub objects are withdrawn", name)
-	klog.InfoS("Member removed", "cluster", name, "secret", key)
+	klog.InfoS("Member removed", "cluster", name, "registration", key)
 	r.handler.ClusterRemoved(name)
-	// Another Secret may have been waiting for this name.
-	if all, err := r.secrets.List(labels.Everything()); err == nil {
-		for _, s := range all {
-			if ClusterName(s) == name && s.Namespace+"/"+s.Name != key {
-				r.queue.Add(s.Namespace + "/" + s.Name)
-			}
+	// Another Secret or ClusterProfile may have been waiting for this name.
+	for _, cl := range r.claims() {
+		if cl.cluster == name && cl.key != key {
+			r.queue.Add(cl.key)
 		}
 	}
 }
 
-// nameOwner returns the oldest Secret claiming a cluster name; the Secret's
-// namespace/name breaks ties so every replica agrees.
-func (r *Registry) nameOwner(cluster string) *corev1.Secret {
-	all, err := r.secrets.List(labels.Everything())
-	if err != nil {
-		return nil
+// claim is one Secret or ClusterProfile claiming a cluster name.
+type claim struct {
+	key     string // queue key
+	cluster string
+	created metav1.Time
+	ref     *corev1.ObjectReference
+}
+
+// claims lists every registration Secret and watched ClusterProfile.
+func (r *Registry) claims() []claim {
+	var out []claim
+	if all, err := r.secrets.List(labels.Everything()); err == nil {
+		for _, s := range all {
+			out = append(out, claim{key: s.Namespace + "/" + s.Name, cluster: ClusterName(s), created: s.CreationTimestamp, ref: secretRef(s)})
+		}
 	}
-	var owner *corev1.Secret
-	for _, s := range all {
-		if ClusterName(s) != cluster {
+	for ns, l := range r.profiles {
+		if all, err := l.List(labels.Everything()); err == nil {
+			for _, cp := range all {
+				out = append(out, claim{key: profileKeyPrefix + ns + "/" + cp.Name, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)})
+			}
+		}
+	}
+	return out
+}
+
+// nameOwner returns the oldest Secret or ClusterProfile claiming a cluster
+// name; the queue key breaks ties so every replica agrees.
+func (r *Registry) nameOwner(cluster string) *claim {
+	var owner *claim
+	for _, cl := range r.claims() {
+		if cl.cluster != cluster {
 			continue
 		}
-		if owner == nil || olderThan(s, owner) {
-			owner = s
+		if owner == nil || cl.olderThan(owner) {
+			owner = &cl
 		}
 	}
 	return owner
 }
 
-func olderThan(a, b *corev1.Secret) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+func (a *claim) olderThan(b *claim) bool {
+	if !a.created.Equal(&b.created) {
+		return a.created.Before(&b.created)
 	}
-	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	return a.key < b.key
+}
+
+// refForKey is the Event reference of a deleted Secret or ClusterProfile.
+func refForKey(key string) *corev1.ObjectReference {
+	if pkey, ok := strings.CutPrefix(key, profileKeyPrefix); ok {
+		ns, n, _ := cache.SplitMetaNamespaceKey(pkey)
+		return &corev1.ObjectReference{Kind: "ClusterProfile", APIVersion: cpv1alpha1.GroupVersion.String(), Namespace: ns, Name: n}
+	}
+	ns, n, _ := cache.SplitMetaNamespaceKey(key)
+	return &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: ns, Name: n}
 }
 
 // ClusterName is the member name a registration Secret claims.
@@ -597,17 +767,18 @@ func ClusterName(s *corev1.Secret) string {
 	return s.Name
 }
 
-// eventf records an Event on a registration Secret; static members have none.
+// eventf records an Event on a registration Secret or ClusterProfile; static
+// members have none.
 func (r *Registry) eventf(ref *corev1.ObjectReference, eventType, reason, format string, args ...interface{}) {
 	if ref != nil {
 		r.recorder.Eventf(ref, eventType, reason, format, args...)
 	}
 }
 
-func (r *Registry) warn(secret *corev1.Secret, reason, format string, args ...interface{}) {
+func (r *Registry) warn(ref *corev1.ObjectReference, reason, format string, args ...interface{}) {
 	msg := fmt.Sprintf(format, args...)
-	r.recorder.Event(secretRef(secret), corev1.EventTypeWarning, reason, msg)
-	klog.InfoS("Member Secret rejected", "secret", klog.KObj(secret), "reason", reason, "message", msg)
+	r.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+	klog.InfoS("Member registration rejected", "kind", ref.Kind, "object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "message", msg)
 }
 
 func secretRef(s *corev1.Secret) *corev1.ObjectReference {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	cpclientset "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
@@ -97,6 +98,10 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if err != nil {
 		return nil, err
 	}
+	profiles, err := o.clusterProfiles(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var static map[string]*rest.Config
 	if o.HubIsMember {
 		static = map[string]*rest.Config{o.HubClusterName: hubConfig}
@@ -114,6 +119,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Policy:              o.KubeconfigPolicy,
 		UserAgent:           cfg.UserAgent,
 		WarningHandler:      newWarningLogger("member"),
+		ClusterProfiles:     profiles,
 	})
 	reg.MustRegister(ctrl, members.registry)
 	return &Daemon{
@@ -125,6 +131,28 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Metrics:     metrics,
 		Gatherer:    reg,
 		broadcaster: broadcaster,
+	}, nil
+}
+
+// clusterProfiles loads the access-provider file and builds the hub client
+// of ClusterProfiles, when they are turned on.
+func (o *Options) clusterProfiles(hubConfig *rest.Config) (clusters.ClusterProfileOptions, error) {
+	if len(o.ClusterProfileNamespaces) == 0 {
+		return clusters.ClusterProfileOptions{}, nil
+	}
+	providers, err := clusters.LoadAccessProviders(o.AccessProviderFile)
+	if err != nil {
+		return clusters.ClusterProfileOptions{}, fmt.Errorf("--access-provider-file: %w", err)
+	}
+	client, err := cpclientset.NewForConfig(hubConfig)
+	if err != nil {
+		return clusters.ClusterProfileOptions{}, fmt.Errorf("hub ClusterProfile client: %w", err)
+	}
+	return clusters.ClusterProfileOptions{
+		Client:         client,
+		Namespaces:     o.ClusterProfileNamespaces,
+		ClusterManager: o.ClusterManager,
+		Providers:      providers,
 	}, nil
 }
 

@@ -46,6 +46,12 @@ type Options struct {
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
+	// ClusterProfileNamespaces turns on members from ClusterProfiles in
+	// these hub namespaces; AccessProviderFile supplies their plugins.
+	ClusterProfileNamespaces []string
+	ClusterManager           string
+	AccessProviderFile       string
+
 	LeaderElect      bool
 	LeaderElectionID string
 	LeaseDuration    time.Duration
@@ -131,6 +137,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it gives up (and exits).")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew the lease.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowProxy, "allow-kubeconfig-proxy", false, "Allow proxy-url in member kubeconfigs.")
+	fs.StringSliceVar(&o.ClusterProfileNamespaces, "cluster-profile-namespaces", o.ClusterProfileNamespaces, "Also register a member per ClusterProfile (multicluster.x-k8s.io/v1alpha1) in these hub namespaces, named after it (default: none, off). Needs --access-provider-file.")
+	fs.StringVar(&o.ClusterManager, "cluster-manager", o.ClusterManager, "Only ClusterProfiles labelled x-k8s.io/cluster-manager=<this> (default: all).")
+	fs.StringVar(&o.AccessProviderFile, "access-provider-file", o.AccessProviderFile, "Access-provider file (sigs.k8s.io/cluster-inventory-api pkg/access format): the credential plugin per provider name of ClusterProfiles' status.accessProviders. The only source of plugin commands; arguments a ClusterProfile proposes are ignored.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --metrics-bind-address (they expose internals: use a private address).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
@@ -171,6 +180,14 @@ func (o *Options) Validate() error {
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))
+	}
+	for _, ns := range o.ClusterProfileNamespaces {
+		if errs1 := validation.IsDNS1123Label(ns); len(errs1) > 0 {
+			errs = append(errs, fmt.Errorf("--cluster-profile-namespaces %q: %s", ns, errs1[0]))
+		}
+	}
+	if (len(o.ClusterProfileNamespaces) > 0) != (o.AccessProviderFile != "") {
+		errs = append(errs, errors.New("--cluster-profile-namespaces and --access-provider-file go together"))
 	}
 	return errors.Join(errs...)
 }

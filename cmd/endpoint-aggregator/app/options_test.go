@@ -17,6 +17,11 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "no workers", mutate: func(o *Options) { o.Workers = 0 }, errText: "--workers"},
 		{name: "bad namespace", mutate: func(o *Options) { o.Namespace = "Not_OK" }, errText: "--namespace"},
 		{name: "zero QPS", mutate: func(o *Options) { o.MemberQPS = 0 }, errText: "QPS"},
+		{name: "cluster profiles without access providers", mutate: func(o *Options) { o.ClusterProfileNamespaces = []string{"fleet"} }, errText: "--access-provider-file"},
+		{name: "access providers without cluster profiles", mutate: func(o *Options) { o.AccessProviderFile = "/etc/ea/providers.json" }, errText: "--cluster-profile-namespaces"},
+		{name: "bad cluster profile namespace", mutate: func(o *Options) {
+			o.ClusterProfileNamespaces, o.AccessProviderFile = []string{"Fleet"}, "/etc/ea/providers.json"
+		}, errText: `--cluster-profile-namespaces "Fleet"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

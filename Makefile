@@ -89,10 +89,12 @@ fmt: ## Format the Go sources
 .PHONY: vet
 vet: ## Run go vet
 	$(GO) vet ./...
+	$(GO) vet -C hack/image ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned GOLANGCI_LINT_VERSION, config .golangci.yml) on the Go module
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned GOLANGCI_LINT_VERSION, config .golangci.yml) on the main module and hack/image
 	$(GOLANGCI_LINT) run ./...
+	cd hack/image && $(GOLANGCI_LINT) run ./...
 
 .PHONY: golangci-lint
 golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint (pinned GOLANGCI_LINT_VERSION) into the cache if missing (Go module proxy only; a few minutes cold)
@@ -123,6 +125,7 @@ test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; 
 test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-unit: ## Run unit tests under -race (tests that need the Kubernetes binaries skip when there are none)
 	$(GO) test $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
+	$(GO) test -C hack/image $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
@@ -204,12 +207,22 @@ $(COREDNS):
 ##@ Helm chart and container image
 
 CHART_DIR := charts/endpoint-aggregator
-# The image `make image` builds (the chart's image.repository default; its
-# image.tag defaults to the chart's appVersion). IMAGE_TAG is also what
-# `endpoint-aggregator version` prints in the image.
+# The image `make image` builds into bin/image.tar, named IMAGE_REPO (by
+# default the chart's image.repository) : IMAGE_TAG (the chart's image.tag
+# defaults to its appVersion). IMAGE_TAG is also what `endpoint-aggregator
+# version` prints in the image. Setting IMAGE_REPO (command line or
+# environment) also pushes the image there; IMAGE_PUSH= does not.
+IMAGE_PUSH := $(if $(filter command line environment,$(origin IMAGE_REPO)),1)
 IMAGE_REPO ?= ghcr.io/endpoint-aggregator/endpoint-aggregator
 IMAGE_TAG ?= dev
 IMAGE ?= $(IMAGE_REPO):$(IMAGE_TAG)
+IMAGE_TAR := bin/image.tar
+IMAGE_GOARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The daemon as the Dockerfile builds it, plus an empty build ID and no VCS
+# stamp so the same sources give the same binary, hence the same digest.
+IMAGE_BINARY = bin/image/linux_$(IMAGE_GOARCH)/endpoint-aggregator
+IMAGE_LDFLAGS = -s -w -buildid= -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=$(IMAGE_TAG)
 DOCKER ?= docker
 
 # What `helm version` reports and the Kubernetes version Helm assumes when it
@@ -252,6 +265,18 @@ test-chart: tools ## Run the chart tests: config/ and chart agree, and the daemo
 	$(GO) test -count=1 ./charts/...
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run 'TestChart' ./test/e2e/
 
+# hack/image (its own module, pinning go-containerregistry) builds the image
+# in Go from the static binary; the Dockerfile describes the same image
+# (hack/image/dockerfile_test.go checks).
 .PHONY: image
-image: ## Build the container image IMAGE_REPO:IMAGE_TAG with docker build (needs a Docker engine with BuildKit)
-	$(DOCKER) build --build-arg VERSION=$(IMAGE_TAG) -t $(IMAGE) .
+image: ## Build the image IMAGE_REPO:IMAGE_TAG without Docker into bin/image.tar (docker load, ctr images import); pushes when IMAGE_REPO is set
+	@mkdir -p $(dir $(IMAGE_BINARY))
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) $(GO) build -trimpath -buildvcs=false \
+		-ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_BINARY) ./cmd/endpoint-aggregator
+	env -u GOOS -u GOARCH $(GO) run -C hack/image . -binary $(CURDIR)/$(IMAGE_BINARY) -arch $(IMAGE_GOARCH) \
+		-tag $(IMAGE) -o $(CURDIR)/$(IMAGE_TAR) -version $(IMAGE_TAG) \
+		$(if $(IMAGE_REVISION),-revision $(IMAGE_REVISION)) $(if $(IMAGE_PUSH),-push)
+
+.PHONY: image-docker
+image-docker: ## Build the same image IMAGE_REPO:IMAGE_TAG from the Dockerfile with docker build (needs a Docker engine with BuildKit)
+	$(DOCKER) build --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$(IMAGE_REVISION) -t $(IMAGE) .

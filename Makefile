@@ -250,7 +250,7 @@ chart-sync: ## Copy the CRDs and hub/member RBAC rules from config/ into the cha
 	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files/rbac
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/multicluster.x-k8s.io_*.yaml $(CHART_DIR)/crds/
-	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
+	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-role.yaml config/rbac/hub-clusterprofile-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
 
 .PHONY: lint-chart
 lint-chart: $(HELM) ## helm lint --strict the chart (values checked against values.schema.json), with default and all-on values

@@ -40,6 +40,7 @@ var synced = map[string]string{
 	"../config/crd/multicluster.x-k8s.io_serviceimports.yaml": chartDir + "/crds/multicluster.x-k8s.io_serviceimports.yaml",
 	"../config/rbac/hub-clusterrole.yaml":                     chartDir + "/files/rbac/hub-clusterrole.yaml",
 	"../config/rbac/hub-role.yaml":                            chartDir + "/files/rbac/hub-role.yaml",
+	"../config/rbac/hub-clusterprofile-role.yaml":             chartDir + "/files/rbac/hub-clusterprofile-role.yaml",
 	"../config/rbac/member-clusterrole.yaml":                  chartDir + "/files/rbac/member-clusterrole.yaml",
 }
 
@@ -70,7 +71,7 @@ func TestChartCopiesOfConfigAreUpToDate(t *testing.T) {
 	}
 	for dir, want := range map[string][]string{
 		chartDir + "/crds":       wantCRDs,
-		chartDir + "/files/rbac": {"hub-clusterrole.yaml", "hub-role.yaml", "member-clusterrole.yaml"},
+		chartDir + "/files/rbac": {"hub-clusterprofile-role.yaml", "hub-clusterrole.yaml", "hub-role.yaml", "member-clusterrole.yaml"},
 	} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {

@@ -43,6 +43,16 @@ DEMO_TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver etcd)
 COREDNS_VERSION := v1.15.0
 COREDNS := $(abspath $(CACHE_DIR))/bin/coredns-$(COREDNS_VERSION)/coredns
 
+# Prometheus and promtool for the monitoring tests (dashboard queries and
+# alert rules checked against the daemon), built from hack/prometheus (pinned
+# in hack/prometheus/go.mod; keep in step, internal/testenv checks that). The
+# module's v0.3XX.Y is Prometheus 3.XX.Y.
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS_DIR := $(abspath $(CACHE_DIR))/bin/prometheus-$(PROMETHEUS_VERSION)
+PROMETHEUS := $(addprefix $(PROMETHEUS_DIR)/,prometheus promtool)
+PROMETHEUS_LDFLAGS := -X github.com/prometheus/common/version.Version=3.$(patsubst 3%,%,$(word 2,$(subst ., ,$(PROMETHEUS_VERSION)))).$(word 3,$(subst ., ,$(PROMETHEUS_VERSION))) \
+	-X github.com/prometheus/common/version.Branch=HEAD
+
 # Helm, for the chart's tests and `make lint-chart` (see "Helm chart and
 # container image" below). Defined here: `tools` depends on it.
 HELM_VERSION := v3.22.0
@@ -117,12 +127,14 @@ clean: ## Remove the repository's build outputs (not the binary cache)
 test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; builds them first if missing
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 
 .PHONY: test-unit
 test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test-unit: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test-unit: ## Run unit tests under -race (tests that need the Kubernetes binaries skip when there are none)
 	$(GO) test $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
 	$(GO) test -C hack/image $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./...
@@ -131,6 +143,7 @@ test-unit: ## Run unit tests under -race (tests that need the Kubernetes binarie
 test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-e2e: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-e2e: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test-e2e: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
 	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
@@ -162,13 +175,16 @@ bench: tools build ## Run the scale benchmark (not a test): the daemon vs a bare
 ##@ Kubernetes binaries
 
 .PHONY: tools
-tools: $(TOOLS) $(COREDNS) $(HELM) ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, CoreDNS and Helm into the cache (only missing ones; ~10-15 min cold)
+tools: $(TOOLS) $(COREDNS) $(HELM) $(PROMETHEUS) ## Build kube-apiserver, kube-controller-manager, kubectl, etcd, CoreDNS, Helm, Prometheus and promtool into the cache (only missing ones; ~20 min cold)
 
 .PHONY: kubectl
 kubectl: $(ASSETS_DIR)/kubectl ## Build kubectl into the cache if missing (`make demo` suggests it but does not build it)
 
 .PHONY: coredns
 coredns: $(COREDNS) ## Build CoreDNS (kubernetes plugin, for the e2e DNS tests) into the cache if missing
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) ## Build Prometheus and promtool (for the monitoring tests) into the cache if missing (~7 min cold)
 
 .PHONY: print-assets-dir
 print-assets-dir: ## Print the directory the Kubernetes binaries are built into
@@ -202,6 +218,14 @@ $(COREDNS):
 	@mkdir -p $(@D)
 	@echo "go build -C hack/coredns -o $@ ."
 	@$(GO) build -C hack/coredns -o $@.tmp .
+	@mv -f $@.tmp $@
+
+# Prometheus without its service-discovery plugins (the tests scrape static
+# targets) and without the web UI's assets (they query the HTTP API).
+$(PROMETHEUS_DIR)/%:
+	@mkdir -p $(@D)
+	@echo "go build -C hack/prometheus -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/$*"
+	@$(GO) build -C hack/prometheus -tags remove_all_sd -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp github.com/prometheus/prometheus/cmd/$*
 	@mv -f $@.tmp $@
 
 ##@ Helm chart and container image
@@ -246,21 +270,24 @@ $(HELM):
 	mv -f "$$tmp/helm" $@
 
 .PHONY: chart-sync
-chart-sync: ## Copy the CRDs and hub/member RBAC rules from config/ into the chart (charts/charts_test.go checks they agree)
+chart-sync: ## Copy the CRDs, hub/member RBAC rules and the dashboard from config/ into the chart (charts/charts_test.go checks they agree)
 	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files/rbac
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/multicluster.x-k8s.io_*.yaml $(CHART_DIR)/crds/
 	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-role.yaml config/rbac/hub-clusterprofile-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
+	@mkdir -p $(CHART_DIR)/files/dashboards
+	cp config/dashboards/*.json $(CHART_DIR)/files/dashboards/
 
 .PHONY: lint-chart
 lint-chart: $(HELM) ## helm lint --strict the chart (values checked against values.schema.json), with default and all-on values
 	$(HELM) lint --strict $(CHART_DIR)
-	$(HELM) lint --strict $(CHART_DIR) --set serviceMonitor.enabled=true --set createNamespaces=true \
+	$(HELM) lint --strict $(CHART_DIR) --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set dashboards.enabled=true --set createNamespaces=true \
 		--set hubIsMember=true --set replicas=1 --set-json 'includeNamespaces=["shop"]'
 
 .PHONY: test-chart
 test-chart: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-chart: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test-chart: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test-chart: tools ## Run the chart tests: config/ and chart agree, and the daemon works with exactly the chart's RBAC
 	$(GO) test -count=1 ./charts/...
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run 'TestChart' ./test/e2e/

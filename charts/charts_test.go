@@ -42,9 +42,10 @@ var synced = map[string]string{
 	"../config/rbac/hub-role.yaml":                            chartDir + "/files/rbac/hub-role.yaml",
 	"../config/rbac/hub-clusterprofile-role.yaml":             chartDir + "/files/rbac/hub-clusterprofile-role.yaml",
 	"../config/rbac/member-clusterrole.yaml":                  chartDir + "/files/rbac/member-clusterrole.yaml",
+	"../config/dashboards/endpoint-aggregator.json":           chartDir + "/files/dashboards/endpoint-aggregator.json",
 }
 
-// TestChartCopiesOfConfigAreUpToDate checks the chart's CRDs and RBAC files
+// TestChartCopiesOfConfigAreUpToDate checks the chart's CRDs, RBAC files and dashboard
 // are byte-for-byte the ones in config/ (config/config_test.go checks the
 // CRDs against the mcs-api module), and that the chart holds no others.
 func TestChartCopiesOfConfigAreUpToDate(t *testing.T) {
@@ -70,8 +71,9 @@ func TestChartCopiesOfConfigAreUpToDate(t *testing.T) {
 		}
 	}
 	for dir, want := range map[string][]string{
-		chartDir + "/crds":       wantCRDs,
-		chartDir + "/files/rbac": {"hub-clusterprofile-role.yaml", "hub-clusterrole.yaml", "hub-role.yaml", "member-clusterrole.yaml"},
+		chartDir + "/crds":             wantCRDs,
+		chartDir + "/files/rbac":       {"hub-clusterprofile-role.yaml", "hub-clusterrole.yaml", "hub-role.yaml", "member-clusterrole.yaml"},
+		chartDir + "/files/dashboards": {"endpoint-aggregator.json"},
 	} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -390,7 +392,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 // templates rendered) with the default and with every optional part on.
 func TestChartLints(t *testing.T) {
 	helm := testenv.RequireHelm(t)
-	for _, args := range [][]string{nil, {"--set", "serviceMonitor.enabled=true", "--set", "createNamespaces=true", "--set", "hubIsMember=true", "--set", "replicas=1"}} {
+	for _, args := range [][]string{nil, {"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboards.enabled=true", "--set", "createNamespaces=true", "--set", "hubIsMember=true", "--set", "replicas=1"}} {
 		home := t.TempDir()
 		cmd := exec.Command(helm, append([]string{"lint", "--strict", chartDir}, args...)...)
 		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)

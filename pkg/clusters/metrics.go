@@ -16,6 +16,8 @@ var (
 		"Registered member clusters by state (synced, syncing, timed_out).", []string{"state"}, nil)
 	memberReadyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_synced",
 		"1 when the member's caches have synced, 0 otherwise. One series per registered member.", []string{"cluster"}, nil)
+	memberHealthyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_healthy",
+		"0 while the member's API server fails its health probes (it is unreachable), 1 otherwise. One series per member that has synced.", []string{"cluster"}, nil)
 )
 
 // Describe implements prometheus.Collector. The Registry reports its members
@@ -23,6 +25,7 @@ var (
 func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 	ch <- membersDesc
 	ch <- memberReadyDesc
+	ch <- memberHealthyDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -42,6 +45,13 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 			counts[stateSyncing]++
 		}
 		ch <- prometheus.MustNewConstMetric(memberReadyDesc, prometheus.GaugeValue, synced, name)
+		if m.active.HasSynced() {
+			healthy := 1.0
+			if _, down := m.active.UnreachableSince(); down {
+				healthy = 0
+			}
+			ch <- prometheus.MustNewConstMetric(memberHealthyDesc, prometheus.GaugeValue, healthy, name)
+		}
 	}
 	for state, n := range counts {
 		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, n, state)

@@ -101,6 +101,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
 	}
+	// Series of known label values start at zero, so that the first
+	// increment shows as an increase (rate and increase need two samples).
+	for _, r := range []string{resultSuccess, resultError, resultConflict, resultStale} {
+		m.Syncs.WithLabelValues(r)
+	}
+	for _, r := range []string{resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport} {
+		m.Conflicts.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.InvalidEndpoints, m.Propagation)
 	}

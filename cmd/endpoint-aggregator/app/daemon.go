@@ -42,10 +42,12 @@ type Daemon struct {
 	Metrics     *easync.Metrics
 	Gatherer    prometheus.Gatherer
 	broadcaster record.EventBroadcaster
+	leader      prometheus.Gauge
 }
 
 // NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
-// metrics; nil gives the daemon a registry of its own.
+// metrics, with the Go and process collectors; nil gives the daemon a
+// registry of its own.
 func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*Daemon, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -76,8 +78,13 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	leader := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "endpoint_aggregator_leader",
+		Help: "1 while this replica runs the workers (it holds the leader Lease, or runs without leader election), 0 while it stands by.",
+	})
+	reg.MustRegister(leader)
 	metrics := easync.NewMetrics(reg)
 	easync.RegisterWorkqueueMetrics(reg)
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
@@ -131,6 +138,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Metrics:     metrics,
 		Gatherer:    reg,
 		broadcaster: broadcaster,
+		leader:      leader,
 	}, nil
 }
 

@@ -24,7 +24,7 @@ var errLostLeadership = errors.New("lost leader election lease")
 // the workers' context at once, which aborts their in-flight requests.
 func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recorder record.EventRecorder) error {
 	if !d.opts.LeaderElect {
-		return d.Controller.Run(ctx)
+		return d.lead(ctx)
 	}
 	host, _ := os.Hostname()
 	identity := host + "_" + string(uuid.NewUUID())
@@ -65,7 +65,7 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 		return nil // ctx ended while standing by
 	case lctx := <-leading:
 		klog.InfoS("Became leader; starting workers", "identity", identity)
-		err := d.Controller.Run(lctx)
+		err := d.lead(lctx)
 		<-elected
 		if err != nil {
 			return err
@@ -75,4 +75,11 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 		}
 		return nil
 	}
+}
+
+// lead runs the workers, and says so in the leader gauge while they run.
+func (d *Daemon) lead(ctx context.Context) error {
+	d.leader.Set(1)
+	defer d.leader.Set(0)
+	return d.Controller.Run(ctx)
 }

@@ -56,6 +56,9 @@ func TestChartClusterProfiles(t *testing.T) {
 	readYAML(t, "../config/rbac/hub-clusterprofile-role.yaml", &role)
 	var roleNamespaces, bindingNamespaces []string
 	for _, o := range objs {
+		if o.Namespace == namespace && o.Kind != "ConfigMap" {
+			continue // the release namespace's RBAC: TestChartRendersTheRBACOfConfig
+		}
 		switch o.Kind {
 		case "ConfigMap":
 			var cm corev1.ConfigMap
@@ -67,9 +70,6 @@ func TestChartClusterProfiles(t *testing.T) {
 		case "Role":
 			var r rbacv1.Role
 			o.into(t, &r)
-			if r.Namespace == namespace {
-				continue
-			}
 			roleNamespaces = append(roleNamespaces, r.Namespace)
 			if !reflect.DeepEqual(r.Rules, role.Rules) {
 				t.Errorf("Role %s/%s rules:\n%s\nwant:\n%s", r.Namespace, r.Name, toYAML(t, r.Rules), toYAML(t, role.Rules))
@@ -77,9 +77,6 @@ func TestChartClusterProfiles(t *testing.T) {
 		case "RoleBinding":
 			var b rbacv1.RoleBinding
 			o.into(t, &b)
-			if b.Namespace == namespace {
-				continue
-			}
 			bindingNamespaces = append(bindingNamespaces, b.Namespace)
 			checkBinding(t, b.Name, b.RoleRef, "Role", map[string][]rbacv1.PolicyRule{fullname + "-clusterprofiles": role.Rules}, b.Subjects, fullname)
 		}

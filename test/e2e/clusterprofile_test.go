@@ -18,7 +18,6 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -142,7 +141,7 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 	if got := d.Registry.Names(); len(got) != 1 || got[0] != "east" {
 		t.Fatalf("members %v, want [east] (not the other cluster manager's)", got)
 	}
-	if ev := profileEvents(t, e, "east"); !strings.Contains(ev, clusters.ReasonConnected) {
+	if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); !strings.Contains(ev, clusters.ReasonConnected) {
 		t.Errorf("no %s Event on the ClusterProfile; events:\n%s", clusters.ReasonConnected, ev)
 	}
 
@@ -182,7 +181,7 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 		if since, down := d.Registry.Get("east").UnreachableSince(); down {
 			t.Errorf("east unreachable since %s after the rotation", since)
 		}
-		if ev := profileEvents(t, e, "east"); strings.Contains(ev, clusters.ReasonUnreachable) {
+		if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); strings.Contains(ev, clusters.ReasonUnreachable) {
 			t.Errorf("east was unreachable during the rotation; events:\n%s", ev)
 		}
 	})
@@ -193,7 +192,7 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 			if _, down := d.Registry.Get("east").UnreachableSince(); !down {
 				return fmt.Errorf("east not unreachable yet")
 			}
-			if ev := profileEvents(t, e, "east"); !strings.Contains(ev, clusters.ReasonUnreachable+": member \"east\" is unhealthy: the cluster manager reports ControlPlaneHealthy=False") {
+			if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); !strings.Contains(ev, clusters.ReasonUnreachable+": member \"east\" is unhealthy: the cluster manager reports ControlPlaneHealthy=False") {
 				return fmt.Errorf("no %s Event naming the condition; events:\n%s", clusters.ReasonUnreachable, ev)
 			}
 			return nil
@@ -412,21 +411,4 @@ func setControlPlaneHealthy(t *testing.T, cps interface {
 	if _, err := cps.UpdateStatus(context.Background(), cp, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// profileEvents returns "reason: message" lines of the Events about a
-// ClusterProfile in fleetNamespace.
-func profileEvents(t *testing.T, e *env, name string) string {
-	t.Helper()
-	list, err := e.hub.Client.CoreV1().Events(fleetNamespace).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.Set{"involvedObject.kind": "ClusterProfile", "involvedObject.name": name}.String(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, ev := range list.Items {
-		out = append(out, ev.Reason+": "+ev.Message)
-	}
-	return strings.Join(out, "\n")
 }

@@ -1,7 +1,10 @@
 // Package clusters owns the dynamic set of member clusters.
 //
-// Members are registered by kubeconfig Secrets in the daemon's namespace. The
-// Registry watches those Secrets and, per member, builds a client, starts one
+// Members are registered by kubeconfig Secrets in the daemon's namespace and,
+// optionally, by ClusterProfiles (KEP-4322; clusterprofile.go), whose client
+// is built from the operator's access-provider file; both go through one
+// registration path and share name ownership (the older object wins). The
+// Registry watches them and, per member, builds a client, starts one
 // informer per member resource (Services, EndpointSlices and, in MCS mode,
 // ServiceExports), and swaps or stops them at runtime: a changed kubeconfig is
 // make-before-break, a deleted Secret withdraws the member. A member that never

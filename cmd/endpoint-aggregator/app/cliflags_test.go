@@ -55,6 +55,11 @@ func TestOperatorCommandFlags(t *testing.T) {
 		{"explain needs hub", []string{"explain", "shop/cart"}, []string{"--hub-context is required"}},
 		{"explain daemon flags", []string{"explain", "shop/cart", "--hub-context", "hub", "--export-mode", "some", "--per-cluster-services", "x"},
 			[]string{"--export-mode: unknown export mode", "--per-cluster-services: invalid per-cluster mode"}},
+		{"cleanup needs hub", []string{"cleanup"}, []string{"--hub-context is required"}},
+		{"cleanup in-cluster excludes a context", []string{"cleanup", "--in-cluster", "--hub-context", "hub"}, []string{"--in-cluster excludes --hub-context and --kubeconfig"}},
+		{"cleanup flags", []string{"cleanup", "--hub-context", "hub", "-o", "wide", "--wait", "-1s", "--leader-election-id", "Bad_ID"},
+			[]string{`--output "wide"`, "--wait must not be negative", `--leader-election-id "Bad_ID"`}},
+		{"cleanup delete-deployment needs wait", []string{"cleanup", "--hub-context", "hub", "--delete-deployment", "endpoint-aggregator"}, []string{"--delete-deployment needs --wait"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, err := runCLICommand(t, append(tc.args, "--kubeconfig", kubeconfig)...)

@@ -24,7 +24,7 @@ func NewCommand() *cobra.Command {
 	klog.InitFlags(fs)
 	root.PersistentFlags().AddGoFlagSet(fs)
 	root.AddCommand(newRunCommand(), newVersionCommand())
-	root.AddCommand(newRegisterCommand(), newUnregisterCommand(), newStatusCommand(), newExplainCommand())
+	root.AddCommand(newRegisterCommand(), newUnregisterCommand(), newStatusCommand(), newExplainCommand(), newCleanupCommand())
 	return root
 }
 

@@ -160,7 +160,7 @@ func (o *cleanupOptions) cleanup(ctx context.Context, hub *cliClients, out, errO
 		}
 	}
 
-	running, err := o.waitForDaemon(ctx, hub, deadline)
+	running, err := o.waitForDaemon(ctx, hub, deadline, errOut)
 	if err != nil {
 		return err
 	}
@@ -238,11 +238,16 @@ func (o *cleanupOptions) stopDeployment(ctx context.Context, hub *cliClients, de
 
 // waitForDaemon waits until deadline for the daemon's Leases to be free, and
 // returns what shows a daemon still running (nothing when none does).
-func (o *cleanupOptions) waitForDaemon(ctx context.Context, hub *cliClients, deadline time.Time) ([]string, error) {
+func (o *cleanupOptions) waitForDaemon(ctx context.Context, hub *cliClients, deadline time.Time, errOut io.Writer) ([]string, error) {
 	var running []string
+	said := false
 	err := o.until(ctx, deadline, func() (bool, error) {
 		var err error
 		running, err = o.runningDaemon(ctx, hub)
+		if len(running) > 0 && !said && o.Wait > 0 {
+			fmt.Fprintf(errOut, "Waiting up to %s for the daemon to stop: %s.\n", o.Wait, strings.Join(running, "; "))
+			said = true
+		}
 		return len(running) == 0, err
 	})
 	if err != nil && len(running) == 0 {

@@ -34,6 +34,13 @@ K8S_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/
 	-X $(pkg).gitMinor=$(K8S_MINOR) -X $(pkg).gitTreeState=clean)
 
 TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubectl etcd)
+# What the real-node tests (make test-node) run besides TOOLS; built from the
+# same pinned module.
+NODE_TOOLS := $(addprefix $(ASSETS_DIR)/,kubelet kube-scheduler kube-proxy)
+# The Debian packages a node needs (containerd runs the pods with runc on the
+# CNI bridge; kube-proxy programs nftables; nsenter and unshare enter the
+# node's namespaces). make node-deps installs the missing ones.
+NODE_PACKAGES := containerd runc containernetworking-plugins nftables util-linux iproute2
 # The ones hack/demo starts (through internal/testenv): one etcd and one
 # kube-apiserver per cluster. `make demo` builds only these.
 DEMO_TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver etcd)
@@ -128,9 +135,10 @@ test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
-test: tools ## Run all tests (unit + e2e) against the real Kubernetes binaries; builds them first if missing
+test: tools ## Run all tests (unit, e2e, real-node) against the real Kubernetes binaries; builds them first if missing
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
+	$(MAKE) --no-print-directory test-node
 
 .PHONY: test-unit
 test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
@@ -149,6 +157,14 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
 	echo "$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+
+# The real-node tests (test/node): clusters with a kubelet, containerd and
+# kube-proxy each, pods and traffic. They need root (CI has it); without it
+# they skip and say so.
+.PHONY: test-node
+test-node: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+test-node: tools $(NODE_TOOLS) node-deps ## Run the real-node tests (test/node): real kubelets run real pods; needs root, skips without
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.
 .PHONY: test-faults
@@ -186,6 +202,18 @@ coredns: $(COREDNS) ## Build CoreDNS (kubernetes plugin, for the e2e DNS tests) 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) ## Build Prometheus and promtool (for the monitoring tests) into the cache if missing (~7 min cold)
 
+.PHONY: node-tools
+node-tools: $(NODE_TOOLS) ## Build kubelet, kube-scheduler and kube-proxy into the cache if missing (~2 min once kube-apiserver is built)
+
+.PHONY: node-deps
+node-deps: ## Install the Debian packages real nodes need (containerd, runc, CNI plugins, nftables) when missing; needs root
+	@missing=""; for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "node-deps: installed"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "node-deps: missing$$missing; run as root to install them (the real-node tests skip without root)"; exit 0; fi; \
+	echo "apt-get install$$missing"; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing >/dev/null || \
+	{ apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing >/dev/null; }
+
 .PHONY: print-assets-dir
 print-assets-dir: ## Print the directory the Kubernetes binaries are built into
 	@echo $(ASSETS_DIR)
@@ -212,6 +240,15 @@ $(ASSETS_DIR)/kubectl:
 
 $(ASSETS_DIR)/etcd:
 	$(call build-tool,go.etcd.io/etcd/server/v3,)
+
+$(ASSETS_DIR)/kubelet:
+	$(call build-tool,k8s.io/kubernetes/cmd/kubelet,$(K8S_LDFLAGS))
+
+$(ASSETS_DIR)/kube-scheduler:
+	$(call build-tool,k8s.io/kubernetes/cmd/kube-scheduler,$(K8S_LDFLAGS))
+
+$(ASSETS_DIR)/kube-proxy:
+	$(call build-tool,k8s.io/kubernetes/cmd/kube-proxy,$(K8S_LDFLAGS))
 
 # CoreDNS with only the plugins the DNS tests use (hack/coredns/main.go).
 $(COREDNS):

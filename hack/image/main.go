@@ -35,6 +35,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "test-image" {
+		return runTestImage(args[1:])
+	}
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	binary := fs.String("binary", "", "the static linux daemon binary (required)")
 	arch := fs.String("arch", defaultArch(), "GOARCH of the binary and the image's platform (default: $GOARCH, else this machine's)")

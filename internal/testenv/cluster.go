@@ -3,8 +3,10 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +39,28 @@ type Options struct {
 	// (multicluster.x-k8s.io, v1alpha1 and v1beta1) and waits until they are
 	// served.
 	CRDs bool
+	// Node, when set, gives the cluster one real node (see node.go):
+	// kubelet, containerd, kube-proxy, and kube-scheduler and
+	// kube-controller-manager, with a pod network routed to the other
+	// clusters' nodes. It needs root.
+	Node *NodeOptions
 }
+
+// NodeOptions configures a cluster's node.
+type NodeOptions struct {
+	// ClusterDNS is the nameserver the kubelet gives pods (e.g. a CoreDNS
+	// on the host); empty gives them an empty resolv.conf.
+	ClusterDNS string
+	// Images are image tarballs (docker-archive or OCI) imported into the
+	// node's containerd besides the test images (pause, echo).
+	Images []string
+}
+
+// kubernetesServiceIP is the first address of envtest's service range
+// (10.0.0.0/24): the `kubernetes` Service.
+var kubernetesServiceIP = net.IPv4(10, 0, 0, 1)
+
+var cleanStaleOnce sync.Once
 
 // Cluster is one running control plane: etcd plus kube-apiserver.
 //
@@ -61,13 +84,16 @@ type Cluster struct {
 	// certificates, kube-apiserver.log, etcd.log and the kubeconfig. Stop
 	// removes it.
 	Dir string
+	// Node is the cluster's node, with Options.Node; nil otherwise.
+	Node *Node
 
-	env     *envtest.Environment
-	logs    []*os.File
-	mu      sync.Mutex
-	apiDown bool
-	frozen  bool
-	stopped bool
+	nodeOpts NodeOptions
+	env      *envtest.Environment
+	logs     []*os.File
+	mu       sync.Mutex
+	apiDown  bool
+	frozen   bool
+	stopped  bool
 }
 
 var setLoggerOnce sync.Once
@@ -103,8 +129,14 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 	c := &Cluster{Name: name, Dir: dir}
 	defer func() {
 		if retErr != nil {
+			if c.Node != nil {
+				c.Node.stop()
+			}
 			if c.env != nil {
 				_ = c.env.Stop()
+			}
+			if c.Node != nil {
+				c.Node.teardown()
 			}
 			c.closeLogs()
 			_ = os.RemoveAll(dir)
@@ -165,6 +197,11 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 	// so StopAPIServer takes seconds even while the daemon is watching.
 	env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	c.env = env
+	if opts.Node != nil {
+		if err := c.prepareNode(*opts.Node, certDir); err != nil {
+			return nil, err
+		}
+	}
 
 	if _, err := env.Start(); err != nil {
 		return nil, fmt.Errorf("testenv: start cluster %q: %w%s", name, err, c.logTails())
@@ -197,7 +234,59 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: cluster %q: %w", name, err)
 	}
+	if c.Node != nil {
+		if err := c.startNode(assets); err != nil {
+			return nil, fmt.Errorf("testenv: cluster %q: node: %w", name, err)
+		}
+	}
 	return c, nil
+}
+
+// prepareNode creates the node's network before the API server starts, so
+// that the API server can bind and advertise the host side of the node's
+// link, with a serving certificate that also covers the kubernetes Service.
+func (c *Cluster) prepareNode(o NodeOptions, certDir string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("testenv: a cluster with a node needs root")
+	}
+	if err := checkNodeDeps(); err != nil {
+		return err
+	}
+	cleanStaleOnce.Do(CleanStaleNodes)
+	n := &Node{dir: filepath.Join(c.Dir, "node")}
+	if err := os.Mkdir(n.dir, 0o700); err != nil {
+		return err
+	}
+	nn, st, err := setupNodeNetwork(c.Dir)
+	if err != nil {
+		return err
+	}
+	n.net, n.state = nn, st
+	n.IP, n.HostIP, n.PodCIDR = nn.nodeIP.String(), nn.hostIP.String(), nn.podCIDR
+	n.Socket = filepath.Join(n.dir, "containerd.sock")
+	c.Node, c.nodeOpts = n, o
+	ca, err := writeServingCerts(certDir, nn.hostIP, kubernetesServiceIP)
+	if err != nil {
+		return err
+	}
+	// envtest picks 127.0.0.1 unless given both address and port.
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.HostIP, "0"))
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	api := c.env.ControlPlane.APIServer
+	api.SecureServing.Address, api.SecureServing.Port = n.HostIP, strconv.Itoa(port)
+	api.SecureServing.CA = ca
+	api.Configure().Set("advertise-address", n.HostIP)
+	// Logs and exec reach the kubelet by its InternalIP: resolving the
+	// node's name would ask the machine's resolver.
+	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	// Pods get their ServiceAccount token (envtest turns the plugin off,
+	// as nothing creates ServiceAccounts without a controller manager).
+	api.Configure().Disable("disable-admission-plugins")
+	return nil
 }
 
 // kubeconfigFor renders cfg (host, CA and client certificate, all inline) as
@@ -276,7 +365,13 @@ func (c *Cluster) Stop() error {
 	if !c.apiDown {
 		c.thaw()
 	}
+	if c.Node != nil {
+		c.Node.stop()
+	}
 	err := c.env.Stop()
+	if c.Node != nil {
+		c.Node.teardown()
+	}
 	c.closeLogs()
 	if rmErr := os.RemoveAll(c.Dir); rmErr != nil && err == nil {
 		err = rmErr

@@ -4,8 +4,11 @@
 //
 // Each [Cluster] is independent: its own etcd and kube-apiserver on free
 // loopback ports, its own temporary directory (etcd data, serving
-// certificates, process logs, kubeconfig) and its own admin identity. There
-// is no kube-controller-manager, scheduler or kubelet: objects such as
+// certificates, process logs, kubeconfig) and its own admin identity. A
+// cluster started with [Options].Node also gets one real node (see node.go:
+// kubelet, containerd, kube-proxy, kube-scheduler, kube-controller-manager,
+// a pod network routed to the other clusters'; it needs root). Otherwise
+// there is no kube-controller-manager, scheduler or kubelet: objects such as
 // EndpointSlices are written directly by the test, and nothing garbage
 // collects or finalizes namespaces. The apiserver runs with its default
 // admission plugins except ServiceAccount (envtest disables it, as nothing

@@ -1,0 +1,473 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Node is the one node of a cluster started with Options.Node.
+type Node struct {
+	// Name is the Node object's name: <cluster>-node.
+	Name string
+	// IP is the node's InternalIP; PodCIDR its pod network; HostIP the
+	// host side of its link, where the cluster's API server listens.
+	IP, HostIP, PodCIDR string
+	// Socket is containerd's address (for ctr).
+	Socket string
+
+	net    nodeNet
+	state  *nodeState
+	dir    string
+	holder *nodeProc
+	// in start order; stopped in reverse.
+	procs []*nodeProc
+}
+
+type nodeProc struct {
+	name    string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
+}
+
+func (n *Node) start(name, bin string, inNode bool, args ...string) (*nodeProc, error) {
+	logPath := filepath.Join(n.dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = logFile.Close() }()
+	var cmd *exec.Cmd
+	if inNode {
+		h := n.holder.cmd.Process.Pid
+		cmd = exec.Command("nsenter", append([]string{
+			fmt.Sprintf("--net=/proc/%d/ns/net", h), fmt.Sprintf("--mount=/proc/%d/ns/mnt", h), "--", bin}, args...)...)
+	} else {
+		cmd = exec.Command(bin, args...)
+	}
+	cmd.Dir = n.dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group: a test's Ctrl-C does not reach it first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &nodeProc{name: name, cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	n.state.Pids = append(n.state.Pids, cmd.Process.Pid)
+	if err := n.state.write(); err != nil {
+		p.stop()
+		return nil, err
+	}
+	n.procs = append(n.procs, p)
+	return p, nil
+}
+
+func (p *nodeProc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *nodeProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// startNode runs the node of c (its network set up by Start): the mount
+// namespace holder, containerd, the images, the kubelet, kube-proxy, and on
+// the host kube-controller-manager and kube-scheduler. It returns once the
+// Node is Ready.
+func (c *Cluster) startNode(assets string) error {
+	n := c.Node
+	n.Name = c.Name + "-node"
+	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "kubelet-certs"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		"containerd.toml":               containerdConfig(n),
+		"cni/net.d/10-testenv.conflist": cniConfig(n),
+		"kubelet.yaml":                  kubeletConfig(n, c.nodeOpts),
+		"kube-proxy.yaml":               kubeProxyConfig(n, c.KubeconfigPath),
+		"resolv.conf":                   "", // pods without cluster DNS ask nobody
+		"holder":                        "",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+
+	// The holder keeps the node's private mount namespace (with its own
+	// /run, /var/lib and /var/log) while the node runs; its command line
+	// names the node's directory so a later run can find it.
+	holder, err := n.startHolder()
+	if err != nil {
+		return err
+	}
+	n.holder = holder
+
+	if _, err := n.start("kube-controller-manager", filepath.Join(assets, "kube-controller-manager"), false,
+		"--kubeconfig="+c.KubeconfigPath,
+		"--root-ca-file="+filepath.Join(c.Dir, "apiserver", "ca.crt"),
+		"--service-account-private-key-file="+filepath.Join(c.Dir, "apiserver", "sa-signer.key"),
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+		"--controllers=*,-nodeipam",
+		"--node-monitor-grace-period=20s", "--v=1"); err != nil {
+		return err
+	}
+	if _, err := n.start("kube-scheduler", filepath.Join(assets, "kube-scheduler"), false,
+		"--kubeconfig="+c.KubeconfigPath, "--authentication-kubeconfig="+c.KubeconfigPath,
+		"--authorization-kubeconfig="+c.KubeconfigPath,
+		"--leader-elect=false", "--secure-port=0", "--v=1"); err != nil {
+		return err
+	}
+	if _, err := n.start("containerd", "containerd", true, "--config", filepath.Join(n.dir, "containerd.toml")); err != nil {
+		return err
+	}
+	if err := n.waitContainerd(60 * time.Second); err != nil {
+		return err
+	}
+	if err := n.importImages(c.nodeOpts.Images); err != nil {
+		return err
+	}
+	if _, err := n.start("kubelet", filepath.Join(assets, "kubelet"), true,
+		"--config="+filepath.Join(n.dir, "kubelet.yaml"),
+		"--kubeconfig="+c.KubeconfigPath,
+		"--root-dir="+filepath.Join(n.dir, "kubelet"),
+		"--cert-dir="+filepath.Join(n.dir, "kubelet-certs"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP, "--v=1"); err != nil {
+		return err
+	}
+	if _, err := n.start("kube-proxy", filepath.Join(assets, "kube-proxy"), true,
+		"--config="+filepath.Join(n.dir, "kube-proxy.yaml"), "--v=1"); err != nil {
+		return err
+	}
+	return c.waitNodeReady(2 * time.Minute)
+}
+
+func (n *Node) startHolder() (*nodeProc, error) {
+	cg := filepath.Join(n.dir, "cgroup")
+	script := strings.Join([]string{
+		": " + n.dir, // names the node in the command line
+		// A sysfs of the node's network namespace (as `ip netns exec`
+		// mounts), keeping the host's cgroup mounts under it.
+		"mkdir -p " + cg,
+		"mount --rbind /sys/fs/cgroup " + cg,
+		"mount -t sysfs testenv /sys",
+		"mount --rbind " + cg + " /sys/fs/cgroup",
+		"umount -l " + cg,
+		"mount -t tmpfs -o mode=0755 testenv /run",
+		"mount -t tmpfs -o mode=0755 testenv /var/lib",
+		"mount -t tmpfs -o mode=0755 testenv /var/log",
+		"mkdir -p /run/netns",
+		"exec tail -f " + filepath.Join(n.dir, "holder"),
+	}, " && ")
+	p, err := n.start("holder", "nsenter", false, "--net=/run/netns/"+n.net.netns, "--",
+		"unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	if err != nil {
+		return nil, err
+	}
+	// Wait until the mounts are in place (tail runs).
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if p.exited() {
+			return nil, fmt.Errorf("node holder exited: %s", tail(p.logPath, 10))
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.cmd.Process.Pid))
+		if strings.TrimSpace(string(comm)) == "tail" {
+			return p, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, errors.New("node holder did not start")
+}
+
+func (n *Node) ctr(args ...string) error {
+	h := n.holder.cmd.Process.Pid
+	return run("nsenter", append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", h), "--",
+		"ctr", "--address", n.Socket, "--namespace", "k8s.io"}, args...)...)
+}
+
+func (n *Node) waitContainerd(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = n.ctr("version"); err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("containerd did not answer: %v\n%s", err, tail(filepath.Join(n.dir, "containerd.log"), 20))
+}
+
+// importImages imports the pause image and the given image tarballs into
+// containerd (nothing is ever pulled).
+func (n *Node) importImages(extra []string) error {
+	images, err := testImages()
+	if err != nil {
+		return err
+	}
+	for _, tar := range append(images, extra...) {
+		if err := n.ctr("images", "import", "--no-unpack=false", tar); err != nil {
+			return fmt.Errorf("importing %s: %w", tar, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) waitNodeReady(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last string
+	for ctx.Err() == nil {
+		for _, p := range c.Node.procs {
+			if p.exited() {
+				return fmt.Errorf("%s exited:\n%s", p.name, tail(p.logPath, 30))
+			}
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					last = fmt.Sprintf("%s %s", cond.Reason, cond.Message)
+					if cond.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0 {
+						return nil
+					}
+				}
+			}
+			if len(node.Spec.Taints) > 0 {
+				last += fmt.Sprintf(" taints %v", node.Spec.Taints)
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s not Ready after %s: %s\nkubelet log:\n%s", c.Node.Name, timeout, last, tail(filepath.Join(c.Node.dir, "kubelet.log"), 30))
+}
+
+// stop stops the node's processes, then everything below containerd (the
+// shims and the containers); teardown then removes its network, after the
+// API server (which listens on it) has stopped.
+func (n *Node) stop() {
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		p := n.procs[i]
+		if p == n.holder {
+			continue
+		}
+		if p.name == "containerd" {
+			killNodeTree(filepath.Join(n.dir, "containerd")) // shims, containers
+		}
+		p.stop()
+	}
+	killNodeTree(n.dir)
+	if n.holder != nil {
+		n.holder.stop()
+	}
+}
+
+func (n *Node) teardown() {
+	if n.state != nil {
+		teardownNodeState(n.state)
+	}
+}
+
+var (
+	imagesOnce sync.Once
+	imagesTars []string
+	imagesErr  error
+)
+
+// EchoImage is the test server's image (nodeimages/echo), imported into
+// every node.
+const EchoImage = "localhost/endpoint-aggregator-testenv/echo:1"
+
+// testImages builds the pause and echo images once per test process, with
+// hack/image, into a temporary directory.
+func testImages() ([]string, error) {
+	imagesOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			imagesErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "endpoint-aggregator-images-")
+		if err != nil {
+			imagesErr = err
+			return
+		}
+		for _, img := range []struct{ pkg, tag, user string }{
+			{"pause", PauseImage, "65535:65535"},
+			{"echo", EchoImage, "65532:65532"},
+		} {
+			bin := filepath.Join(dir, img.pkg)
+			build := exec.Command("go", "build", "-trimpath", "-o", bin, "./internal/testenv/nodeimages/"+img.pkg)
+			build.Dir = root
+			build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+			if out, err := build.CombinedOutput(); err != nil {
+				imagesErr = fmt.Errorf("building %s: %v: %s", img.pkg, err, out)
+				return
+			}
+			tar := filepath.Join(dir, img.pkg+".tar")
+			mk := exec.Command("go", "run", "-C", filepath.Join(root, "hack", "image"), ".", "test-image",
+				"-binary", bin, "-tag", img.tag, "-o", tar, "-user", img.user)
+			if out, err := mk.CombinedOutput(); err != nil {
+				imagesErr = fmt.Errorf("image %s: %v: %s", img.tag, err, out)
+				return
+			}
+			imagesTars = append(imagesTars, tar)
+		}
+	})
+	return imagesTars, imagesErr
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("testenv: not inside the endpoint-aggregator module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func containerdConfig(n *Node) string {
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[5]q
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[6]q
+`, filepath.Join(n.dir, "containerd", "root"), filepath.Join(n.dir, "containerd", "state"), n.Socket,
+		filepath.Join(n.dir, "containerd", "opt"), PauseImage, filepath.Join(n.dir, "cni", "net.d"))
+}
+
+func cniConfig(n *Node) string {
+	return fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "testenv",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "cni0",
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": %q, "gateway": %q}]],
+      "routes": [{"dst": "0.0.0.0/0"}],
+      "dataDir": %q
+    }
+  }]
+}
+`, n.PodCIDR, n.net.podGateway.String(), filepath.Join(n.dir, "cni", "ipam"))
+}
+
+func kubeletConfig(n *Node, o NodeOptions) string {
+	dns := ""
+	if o.ClusterDNS != "" {
+		dns = fmt.Sprintf("clusterDNS: [%q]\n", o.ClusterDNS)
+	}
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %q
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://%s
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+cgroupRoot: /endpoint-aggregator-testenv-%d
+enforceNodeAllocatable: []
+failSwapOn: false
+failCgroupV1: false
+oomScoreAdj: 0
+protectKernelDefaults: false
+resolvConf: %q
+clusterDomain: cluster.local
+%spodCIDR: %q
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+fileCheckFrequency: 10s
+staticPodPath: ""
+`, n.IP, n.Socket, n.net.index, filepath.Join(n.dir, "resolv.conf"), dns, n.PodCIDR)
+}
+
+func kubeProxyConfig(n *Node, kubeconfig string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: %q
+hostnameOverride: %q
+bindAddress: %q
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+clusterCIDR: %q
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, kubeconfig, n.Name, n.IP, n.PodCIDR)
+}

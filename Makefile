@@ -163,7 +163,9 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 # they skip and say so.
 .PHONY: test-node
 test-node: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
-test-node: tools $(NODE_TOOLS) node-deps ## Run the real-node tests (test/node): real kubelets run real pods; needs root, skips without
+test-node: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
+test-node: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
+test-node: tools $(NODE_TOOLS) node-deps image ## Run the real-node tests (test/node): the chart's pods and traffic on real kubelets; needs root, skips without
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.

@@ -48,9 +48,11 @@ type Options struct {
 
 // NodeOptions configures a cluster's node.
 type NodeOptions struct {
-	// ClusterDNS is the nameserver the kubelet gives pods (e.g. a CoreDNS
-	// on the host); empty gives them an empty resolv.conf.
-	ClusterDNS string
+	// ClusterDNSAtHost makes the host side of the node's link (Node.HostIP)
+	// the nameserver the kubelet gives pods: start CoreDNS there with
+	// StartCoreDNSAt. Otherwise pods get an empty resolv.conf, so they ask
+	// nobody.
+	ClusterDNSAtHost bool
 	// Images are image tarballs (docker-archive or OCI) imported into the
 	// node's containerd besides the test images (pause, echo).
 	Images []string

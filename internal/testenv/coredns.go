@@ -64,8 +64,12 @@ func CoreDNSPath() (string, error) {
 // downstream caches an answer. The ready plugin reports on readyPort once the
 // kubernetes caches have synced.
 func CoreDNSCorefile(kubeconfig, kubeContext string, dnsPort, readyPort int) string {
+	return corefileAt("127.0.0.1", kubeconfig, kubeContext, dnsPort, readyPort)
+}
+
+func corefileAt(bindIP, kubeconfig, kubeContext string, dnsPort, readyPort int) string {
 	return fmt.Sprintf(`.:%d {
-    bind 127.0.0.1
+    bind %s
     ready 127.0.0.1:%d
     errors
     log
@@ -76,7 +80,7 @@ func CoreDNSCorefile(kubeconfig, kubeContext string, dnsPort, readyPort int) str
         startup_timeout 30s
     }
 }
-`, dnsPort, readyPort, ClusterSetZone, kubeconfig, kubeContext, ClusterSetZone)
+`, dnsPort, bindIP, readyPort, ClusterSetZone, kubeconfig, kubeContext, ClusterSetZone)
 }
 
 // StartCoreDNS runs CoreDNS (see [CoreDNSPath]) against the cluster of the
@@ -87,6 +91,18 @@ func CoreDNSCorefile(kubeconfig, kubeContext string, dnsPort, readyPort int) str
 // test fails. t.Cleanup stops the process. A missing binary fails the test:
 // it never skips.
 func StartCoreDNS(t testing.TB, hubKubeconfigPath string) (addr string) {
+	t.Helper()
+	return startCoreDNS(t, hubKubeconfigPath, "127.0.0.1", 0)
+}
+
+// StartCoreDNSAt is StartCoreDNS serving on ip port 53: the cluster DNS of a
+// node whose pods reach ip (NodeOptions.ClusterDNS = ip).
+func StartCoreDNSAt(t testing.TB, hubKubeconfigPath, ip string) (addr string) {
+	t.Helper()
+	return startCoreDNS(t, hubKubeconfigPath, ip, 53)
+}
+
+func startCoreDNS(t testing.TB, hubKubeconfigPath, bindIP string, dnsPort int) (addr string) {
 	t.Helper()
 	bin, err := CoreDNSPath()
 	if err != nil {
@@ -109,7 +125,7 @@ func StartCoreDNS(t testing.TB, hubKubeconfigPath string) (addr string) {
 	// new ports when CoreDNS exits during startup.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		p, err := startCoreDNSProcess(bin, dir, kubeconfig, kc.CurrentContext)
+		p, err := startCoreDNSProcess(bin, dir, kubeconfig, kc.CurrentContext, bindIP, dnsPort)
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, errCoreDNSExited) {
@@ -142,16 +158,19 @@ type coreDNSProcess struct {
 	logPath  string
 }
 
-func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext string) (*coreDNSProcess, error) {
-	dnsPort, err := freeUDPAndTCPPort()
-	if err != nil {
-		return nil, err
+func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext, bindIP string, dnsPort int) (*coreDNSProcess, error) {
+	if dnsPort == 0 {
+		p, err := freeUDPAndTCPPort()
+		if err != nil {
+			return nil, err
+		}
+		dnsPort = p
 	}
 	readyPort, err := freeTCPPort()
 	if err != nil {
 		return nil, err
 	}
-	corefile := CoreDNSCorefile(kubeconfig, kubeContext, dnsPort, readyPort)
+	corefile := corefileAt(bindIP, kubeconfig, kubeContext, dnsPort, readyPort)
 	corefilePath := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(corefilePath, []byte(corefile), 0o600); err != nil {
 		return nil, err
@@ -172,7 +191,7 @@ func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext string) (*coreDNSProc
 	p := &coreDNSProcess{
 		cmd:      cmd,
 		done:     make(chan struct{}),
-		addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort)),
+		addr:     net.JoinHostPort(bindIP, strconv.Itoa(dnsPort)),
 		corefile: corefile,
 		logPath:  logPath,
 	}

@@ -416,8 +416,8 @@ func cniConfig(n *Node) string {
 
 func kubeletConfig(n *Node, o NodeOptions) string {
 	dns := ""
-	if o.ClusterDNS != "" {
-		dns = fmt.Sprintf("clusterDNS: [%q]\n", o.ClusterDNS)
+	if o.ClusterDNSAtHost {
+		dns = fmt.Sprintf("clusterDNS: [%q]\n", n.HostIP)
 	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

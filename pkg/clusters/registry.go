@@ -108,13 +108,20 @@ type Options struct {
 	Static map[string]*rest.Config
 	// ClusterProfiles registers members from ClusterProfiles too.
 	ClusterProfiles ClusterProfileOptions
+	// Leading reports whether this replica holds the leader Lease. Events
+	// say what the replica does, so a standby records none (it still logs);
+	// the leader records them, and ReportState sums up, once, what a replica
+	// that starts leading takes over. Nil: always leading (no leader
+	// election).
+	Leading func() bool
 }
 
 // member is the registry's state for one cluster name.
 type member struct {
-	secret   string   // queue key of the owning Secret or ClusterProfile
-	active   *Cluster // the connection the sync reads from
-	pending  *Cluster // a rotated connection waiting to sync
+	secret   string                  // queue key of the owning Secret or ClusterProfile
+	ref      *corev1.ObjectReference // its Event reference; nil for static members
+	active   *Cluster                // the connection the sync reads from
+	pending  *Cluster                // a rotated connection waiting to sync
 	timedOut bool
 }
 
@@ -137,6 +144,15 @@ type Registry struct {
 	mu       sync.RWMutex
 	members  map[string]*member // by cluster name
 	bySecret map[string]string  // queue key of a Secret or ClusterProfile → cluster name
+	// rejections are the warnings of the last sync of each Secret or
+	// ClusterProfile (by refKey), which ReportState repeats.
+	rejections map[string][]rejection
+}
+
+// rejection is a warning Event about a registration.
+type rejection struct {
+	ref             *corev1.ObjectReference
+	reason, message string
 }
 
 // NewRegistry returns a Registry watching registration Secrets through hub.
@@ -167,8 +183,9 @@ func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handle
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "member_secrets"}),
-		members:  map[string]*member{},
-		bySecret: map[string]string{},
+		members:    map[string]*member{},
+		bySecret:   map[string]string{},
+		rejections: map[string][]rejection{},
 	}
 	_, _ = r.secretInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: r.enqueue,
@@ -320,6 +337,10 @@ func (r *Registry) Get(name string) *Cluster {
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	return r.namesLocked()
+}
+
+func (r *Registry) namesLocked() []string {
 	out := make([]string, 0, len(r.members))
 	for n := range r.members {
 		out = append(out, n)
@@ -376,6 +397,9 @@ func (r *Registry) sync(key string) error {
 		return err
 	}
 	if reg == nil {
+		r.mu.Lock()
+		delete(r.rejections, refKey(refForKey(key)))
+		r.mu.Unlock()
 		r.remove(key, nil)
 		return nil
 	}
@@ -448,6 +472,9 @@ func (r *Registry) profileRegistration(key string) (*registration, error) {
 // Event: a broken update must not take a working member down.
 func (r *Registry) register(reg *registration) error {
 	key, cluster, ref := reg.key, reg.cluster, reg.ref
+	r.mu.Lock()
+	delete(r.rejections, refKey(ref)) // what this sync warns about replaces them
+	r.mu.Unlock()
 	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
 		r.warn(ref, ReasonInvalidName, "cluster name %q is not a DNS-1123 label: %s", cluster, errs[0])
 		return nil
@@ -514,8 +541,9 @@ func (r *Registry) register(reg *registration) error {
 	r.mu.Lock()
 	m = r.members[cluster]
 	if m == nil {
-		r.members[cluster] = &member{secret: key, active: c}
+		r.members[cluster] = &member{secret: key, ref: ref, active: c}
 	} else {
+		m.ref = ref
 		if m.pending != nil {
 			m.pending.shutdown()
 		}
@@ -690,7 +718,7 @@ func (r *Registry) remove(key string, ref *corev1.ObjectReference) {
 	if ref == nil {
 		ref = refForKey(key)
 	}
-	r.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonMemberRemoved, "member %q unregistered; its hub objects are withdrawn", name)
+	r.eventf(ref, corev1.EventTypeNormal, ReasonMemberRemoved, "member %q unregistered; its hub objects are withdrawn", name)
 	klog.InfoS("Member removed", "cluster", name, "registration", key)
 	r.handler.ClusterRemoved(name)
 	// Another Secret or ClusterProfile may have been waiting for this name.
@@ -767,18 +795,87 @@ func ClusterName(s *corev1.Secret) string {
 	return s.Name
 }
 
-// eventf records an Event on a registration Secret or ClusterProfile; static
-// members have none.
+// leading reports whether this replica's Events are recorded.
+func (r *Registry) leading() bool { return r.opts.Leading == nil || r.opts.Leading() }
+
+// eventf records an Event on a registration Secret or ClusterProfile while
+// this replica leads; static members have none.
 func (r *Registry) eventf(ref *corev1.ObjectReference, eventType, reason, format string, args ...interface{}) {
-	if ref != nil {
+	if ref != nil && r.leading() {
 		r.recorder.Eventf(ref, eventType, reason, format, args...)
 	}
 }
 
+// warn logs a problem with a registration and records it as a warning
+// Event while this replica leads; ReportState repeats it when a standby
+// starts leading.
 func (r *Registry) warn(ref *corev1.ObjectReference, reason, format string, args ...interface{}) {
 	msg := fmt.Sprintf(format, args...)
-	r.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+	r.mu.Lock()
+	k := refKey(ref)
+	r.rejections[k] = append(r.rejections[k], rejection{ref: ref, reason: reason, message: msg})
+	r.mu.Unlock()
+	r.eventf(ref, corev1.EventTypeWarning, reason, "%s", msg)
 	klog.InfoS("Member registration rejected", "kind", ref.Kind, "object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "message", msg)
+}
+
+// ReportState records, once, the state of every registration as this
+// replica sees it. The daemon calls it when the replica starts leading: as
+// a standby it recorded nothing, and a replica contends only once its
+// members synced, so without it the first leader would never say that its
+// members connected. A synced member gets MemberConnected, one that missed
+// its sync timeout MemberSyncTimeout, an unreachable one MemberUnreachable,
+// and a Secret or ClusterProfile that was refused its warnings again. After
+// a takeover these repeat what the previous leader said: each leader
+// reports the connections it serves the hub from.
+func (r *Registry) ReportState() {
+	if !r.leading() {
+		return
+	}
+	type event struct {
+		ref                    *corev1.ObjectReference
+		eventType, reason, msg string
+	}
+	var out []event
+	r.mu.RLock()
+	for _, name := range r.namesLocked() {
+		m := r.members[name]
+		if m.ref == nil {
+			continue
+		}
+		c := m.active
+		switch {
+		case c.HasSynced():
+			out = append(out, event{m.ref, corev1.EventTypeNormal, ReasonConnected,
+				fmt.Sprintf("member %q connected and synced; this replica now leads", name)})
+		case m.timedOut:
+			out = append(out, event{m.ref, corev1.EventTypeWarning, ReasonSyncTimeout,
+				fmt.Sprintf("member %q did not sync within %s; still trying, its last-known hub objects are kept", name, r.opts.SyncTimeout)})
+		}
+		if _, down := c.UnreachableSince(); down {
+			out = append(out, event{m.ref, corev1.EventTypeWarning, ReasonUnreachable,
+				fmt.Sprintf("member %q does not answer its health probe; its last-known endpoints are kept unless an unreachable policy applies", name)})
+		}
+	}
+	keys := make([]string, 0, len(r.rejections))
+	for k := range r.rejections {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, rj := range r.rejections[k] {
+			out = append(out, event{rj.ref, corev1.EventTypeWarning, rj.reason, rj.message})
+		}
+	}
+	r.mu.RUnlock()
+	for _, e := range out {
+		r.recorder.Event(e.ref, e.eventType, e.reason, e.msg)
+	}
+}
+
+// refKey identifies the object an Event reference names.
+func refKey(ref *corev1.ObjectReference) string {
+	return ref.Kind + "/" + ref.Namespace + "/" + ref.Name
 }
 
 func secretRef(s *corev1.Secret) *corev1.ObjectReference {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	stdsync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,5 +225,52 @@ func TestRegistryKeepsOldConnectionWhenRotatedToBrokenKubeconfig(t *testing.T) {
 	}
 	if r.Get("east") != before {
 		t.Error("the working connection was replaced by a broken one")
+	}
+}
+
+// A standby records no Events: the leader reports what it does. When the
+// standby starts leading, ReportState says once what it takes over.
+func TestRegistryOfAStandbyRecordsNoEventsUntilItLeads(t *testing.T) {
+	var leading atomic.Bool
+	r, hub, _, rec := startRegistryWith(t, Options{
+		SyncTimeout: 5 * time.Second,
+		NewClients: func(*rest.Config) (Clients, error) {
+			return Clients{Kube: kubefake.NewClientset()}, nil
+		},
+		Leading: leading.Load,
+	}, secret("east", "", tokenKubeconfig, time.Hour), secret("garbage", "", "{not yaml: [", time.Hour), secret("gone", "", tokenKubeconfig, time.Hour))
+	waitUntil(t, r.Ready)
+	if err := hub.CoreV1().Secrets(ns).Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return r.Get("gone") == nil })
+	time.Sleep(100 * time.Millisecond)
+	if got := events(rec); len(got) > 0 {
+		t.Errorf("a standby recorded Events:\n%s", strings.Join(got, "\n"))
+	}
+
+	leading.Store(true)
+	r.ReportState()
+	got := events(rec)
+	want := []string{
+		"Normal " + ReasonConnected + ` member "east" connected and synced; this replica now leads`,
+		"Warning " + ReasonInvalidConfig,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ReportState recorded:\n%s\nwant %d Events", strings.Join(got, "\n"), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("Event %d = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+
+	// A leader records as things happen.
+	if err := hub.CoreV1().Secrets(ns).Delete(context.Background(), "east", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return len(rec.Events) > 0 })
+	if got := events(rec); len(got) != 1 || !strings.Contains(got[0], ReasonMemberRemoved) {
+		t.Errorf("after deleting east: %q, want one %s", got, ReasonMemberRemoved)
 	}
 }

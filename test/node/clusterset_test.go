@@ -3,7 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +173,144 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		})
 		t.Logf("east scaled to 0: every request lands in west %s later", time.Since(start).Round(10*time.Millisecond))
 	})
+	t.Run("the chart's pods run hardened, as the chart says", func(t *testing.T) {
+		procs := daemonProcesses(t)
+		if len(procs) != 2 {
+			t.Fatalf("%d daemon processes on the hub node, want 2", len(procs))
+		}
+		for _, p := range procs {
+			for _, want := range []string{"Uid:\t65532\t65532\t65532\t65532", "Gid:\t65532\t65532\t65532\t65532",
+				"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+				if !strings.Contains(p.status, want) {
+					t.Errorf("pid %d: /proc status lacks %q", p.pid, strings.ReplaceAll(want, "\t", " "))
+				}
+			}
+			if !p.readOnlyRoot {
+				t.Errorf("pid %d: its root filesystem is writable", p.pid)
+			}
+			if !strings.Contains(p.environ, "GOMEMLIMIT=") {
+				t.Errorf("pid %d: no GOMEMLIMIT in its environment", p.pid)
+			}
+		}
+	})
+	var leader, standby string
+	t.Run("one replica leads", func(t *testing.T) {
+		leader = leaseHolderPod(t, hub)
+		for _, p := range daemonPods(t, hub) {
+			if p.Name != leader {
+				standby = p.Name
+			}
+		}
+		if leader == "" || standby == "" {
+			t.Fatalf("leader %q standby %q", leader, standby)
+		}
+	})
+	t.Run("deleting the leader pod: the standby takes over and no request fails", func(t *testing.T) {
+		if leader == "" {
+			t.Skip("no leader found above")
+		}
+		stop := make(chan struct{})
+		type tally struct{ sent, failed int }
+		done := make(chan tally)
+		go func() {
+			var n tally
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				by, failed, err := answers(clientIP, clusterset, 5)
+				if err != nil {
+					n.failed += 5
+				} else {
+					n.failed += failed
+					n.sent += failed
+					for _, c := range by {
+						n.sent += c
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		start := time.Now()
+		if err := hub.Client.CoreV1().Pods(daemonNS).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var holder string
+		eventually(t, time.Minute, func() error {
+			holder = leaseHolderPod(t, hub)
+			if holder == "" || holder == leader {
+				return fmt.Errorf("lease held by %q", holder)
+			}
+			return nil
+		})
+		takeover := time.Since(start)
+		time.Sleep(3 * time.Second) // requests after the takeover too
+		close(stop)
+		n := <-done
+		t.Logf("leader %s deleted: %s took over after %s; the client loop sent %d requests, %d failed",
+			leader, holder, takeover.Round(10*time.Millisecond), n.sent, n.failed)
+		if n.failed > 0 {
+			t.Errorf("%d of %d requests failed across the takeover", n.failed, n.sent)
+		}
+		if holder != standby {
+			t.Errorf("the lease went to %s, not to the warm standby %s", holder, standby)
+		}
+	})
+	t.Run("helm upgrade rolls the pods; the new leader writes nothing to a converged hub", func(t *testing.T) {
+		old := map[string]bool{}
+		for _, p := range daemonPods(t, hub) {
+			old[p.Name] = true
+		}
+		helm(t, hub.KubeconfigPath, "upgrade", release, "../../charts/endpoint-aggregator", "-n", daemonNS, "--reuse-values",
+			"--set", "workers=3", "--wait", "--timeout", "3m")
+		var holder string
+		eventually(t, 2*time.Minute, func() error {
+			holder = leaseHolderPod(t, hub)
+			if holder == "" || old[holder] {
+				return fmt.Errorf("lease held by %q (an old pod: %v)", holder, old[holder])
+			}
+			return nil
+		})
+		var ip string
+		for _, p := range daemonPods(t, hub) {
+			if p.Name == holder {
+				ip = p.Status.PodIP
+			}
+			if old[p.Name] && p.DeletionTimestamp == nil {
+				t.Errorf("pod %s of the old release still runs", p.Name)
+			}
+		}
+		// Settled: nothing changed in the members meanwhile.
+		eventually(t, time.Minute, func() error {
+			m, err := get("http://" + ip + ":8080/metrics")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(m, "endpoint_aggregator_leader 1") {
+				return fmt.Errorf("%s does not say it leads", holder)
+			}
+			return nil
+		})
+		time.Sleep(3 * time.Second)
+		m, err := get("http://" + ip + ":8080/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Member liveness Leases are renewed whatever the hub holds.
+		w := sumSeries(m, "endpoint_aggregator_hub_writes_total") - sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="update"}`)
+		if w != 0 {
+			var lines []string
+			for _, l := range strings.Split(m, "\n") {
+				if strings.HasPrefix(l, "endpoint_aggregator_hub_writes_total{") {
+					lines = append(lines, l)
+				}
+			}
+			t.Errorf("the new leader %s wrote %v times to a converged hub:\n%s", holder, w, strings.Join(lines, "\n"))
+		}
+	})
 	t.Run("helm uninstall leaves the members untouched", func(t *testing.T) {
 		memberState := func() string {
 			var b strings.Builder
@@ -202,4 +343,68 @@ func daemonPods(t *testing.T, hub *testenv.Cluster) []corev1.Pod {
 		t.Fatal(err)
 	}
 	return list.Items
+}
+
+// leaseHolderPod returns the pod holding the leader Lease (its identity is
+// <hostname>_<uuid>, the hostname the pod's name).
+func leaseHolderPod(t *testing.T, hub *testenv.Cluster) string {
+	t.Helper()
+	l, err := hub.Client.CoordinationV1().Leases(daemonNS).Get(context.Background(), release, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	host, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return host
+}
+
+type daemonProcess struct {
+	pid             int
+	status, environ string
+	readOnlyRoot    bool
+}
+
+// daemonProcesses finds the daemon's processes on this machine (the hub
+// node's containers are its processes) and reads what the kernel says of
+// them.
+func daemonProcesses(t *testing.T) []daemonProcess {
+	t.Helper()
+	var out []daemonProcess
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range cmdlines {
+		b, err := os.ReadFile(c)
+		if err != nil || !strings.HasPrefix(string(b), "/endpoint-aggregator\x00run") {
+			continue
+		}
+		dir := filepath.Dir(c)
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		status, _ := os.ReadFile(filepath.Join(dir, "status"))
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		mountinfo, _ := os.ReadFile(filepath.Join(dir, "mountinfo"))
+		ro := false
+		for _, line := range strings.Split(string(mountinfo), "\n") {
+			f := strings.Fields(line)
+			// id parent major:minor root mountpoint options ...
+			if len(f) > 5 && f[4] == "/" {
+				ro = strings.HasPrefix(f[5], "ro")
+			}
+		}
+		out = append(out, daemonProcess{pid: pid, status: string(status), environ: string(environ), readOnlyRoot: ro})
+	}
+	return out
+}
+
+// sumSeries adds up the values of every series of metric in a /metrics page;
+// a metric given with its labels ({...}) matches that series only.
+func sumSeries(page, metric string) float64 {
+	var sum float64
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.HasPrefix(line, metric) || (!strings.HasSuffix(metric, "}") && !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ")) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }

@@ -233,7 +233,7 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 			{daemonNamespace, "", "secrets", "", "delete", false},
 			{appNamespace, "coordination.k8s.io", "leases", "", "create", false},
 			{appNamespace, "coordination.k8s.io", "leases", "", "delete", false},
-			{daemonNamespace, "coordination.k8s.io", "leases", "", "watch", false},
+			{daemonNamespace, "coordination.k8s.io", "leases", "", "watch", true}, // a standby watches the leader Lease
 			{"", "", "namespaces", "", "delete", false},
 			{appNamespace, "", "pods", "", "create", false},
 			{appNamespace, "", "services", "status", "update", false},

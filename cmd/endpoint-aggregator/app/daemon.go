@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,9 @@ type Daemon struct {
 	Gatherer    prometheus.Gatherer
 	broadcaster record.EventBroadcaster
 	leader      prometheus.Gauge
+	// leading is set while the replica runs the workers; the registry
+	// records member Events only then.
+	leading *atomic.Bool
 }
 
 // NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
@@ -113,6 +117,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if o.HubIsMember {
 		static = map[string]*rest.Config{o.HubClusterName: hubConfig}
 	}
+	leading := &atomic.Bool{}
 	members.registry = clusters.NewRegistry(hub, recorder, ctrl, clusters.Options{
 		Static:              static,
 		ProbeInterval:       o.ProbeInterval,
@@ -127,6 +132,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		UserAgent:           cfg.UserAgent,
 		WarningHandler:      newWarningLogger("member"),
 		ClusterProfiles:     profiles,
+		Leading:             func() bool { return !o.LeaderElect || leading.Load() },
 	})
 	reg.MustRegister(ctrl, members.registry)
 	return &Daemon{
@@ -139,6 +145,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Gatherer:    reg,
 		broadcaster: broadcaster,
 		leader:      leader,
+		leading:     leading,
 	}, nil
 }
 
@@ -235,11 +242,17 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// A warm standby is ready too: it can take over at once. The body
+		// says which role the replica has.
+		role := "leading"
+		if d.opts.LeaderElect && !d.leading.Load() {
+			role = "standing by"
+		}
 		if !d.Ready() {
-			http.Error(w, "not ready: waiting for hub caches or member syncs", http.StatusServiceUnavailable)
+			http.Error(w, "not ready ("+role+"): waiting for hub caches or member syncs", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok (" + role + ")"))
 	})
 	if d.opts.Profiling {
 		registerPprof(mux)

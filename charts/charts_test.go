@@ -321,6 +321,11 @@ func TestChartDeploymentIsHardened(t *testing.T) {
 			t.Errorf("probe %s: %+v", name, p)
 		}
 	}
+	// Until it is first ready, /readyz is probed every second: a new pod is
+	// Ready within a second of syncing, not a readiness period later.
+	if p := c.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.PeriodSeconds != 1 {
+		t.Errorf("startupProbe %+v: want /readyz every second", p)
+	}
 	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 8080 {
 		t.Errorf("ports %+v", c.Ports)
 	}

@@ -25,8 +25,8 @@ import (
 // It watches the one Lease. A Lease released (holderIdentity empty, as
 // ReleaseOnCancel leaves it) or deleted is tried at once; one whose holder
 // stopped renewing is tried when it expires. Expiry is judged as client-go
-// judges it, on this replica's clock: LeaseDuration after the replica last
-// saw the Lease change. The watch sees every renewal as it happens (by its
+// judges it, on this replica's clock: the record's leaseDurationSeconds
+// after the replica last saw the Lease change. The watch sees every renewal as it happens (by its
 // resourceVersion: the record's times have only seconds), so a warm
 // standby's deadline is the earliest of all: a replica started after the
 // leader died first saw the Lease later, and waits longer.
@@ -57,7 +57,8 @@ type candidate struct {
 	raw        []byte
 	rv         string
 	holder     string
-	observedAt time.Time // when either last saw a change, on our clock
+	duration   time.Duration // the holder's leaseDurationSeconds
+	observedAt time.Time     // when either last saw a change, on our clock
 }
 
 func newCandidate(lock resourcelock.Interface, leaseDuration, retryPeriod time.Duration) *candidate {
@@ -93,10 +94,10 @@ func (c *candidate) watch(ctx context.Context, hub kubernetes.Interface, namespa
 // holds it.
 func (c *candidate) observe(rec *resourcelock.LeaderElectionRecord, rv string) {
 	var raw []byte
-	holder := ""
+	holder, duration := "", time.Duration(0)
 	if rec != nil {
 		raw, _ = json.Marshal(*rec)
-		holder = rec.HolderIdentity
+		holder, duration = rec.HolderIdentity, time.Duration(rec.LeaseDurationSeconds)*time.Second
 	}
 	c.mu.Lock()
 	changed := rec == nil || !bytes.Equal(raw, c.raw) || (rv != "" && rv != c.rv)
@@ -104,7 +105,7 @@ func (c *candidate) observe(rec *resourcelock.LeaderElectionRecord, rv string) {
 		if holder != "" && holder != c.holder && holder != c.lock.Identity() {
 			klog.InfoS("Standing by; another replica leads", "leader", holder)
 		}
-		c.raw, c.holder, c.observedAt = raw, holder, time.Now()
+		c.raw, c.holder, c.duration, c.observedAt = raw, holder, duration, time.Now()
 	}
 	if rv != "" {
 		c.rv = rv
@@ -126,7 +127,7 @@ func (c *candidate) untilExpiry() time.Duration {
 	if c.holder == "" {
 		return 0
 	}
-	return time.Until(c.observedAt.Add(c.leaseDuration))
+	return time.Until(c.observedAt.Add(c.duration))
 }
 
 // freeFor is how long nobody has held the Lease, as far as this replica
@@ -137,7 +138,7 @@ func (c *candidate) freeFor() time.Duration {
 	defer c.mu.Unlock()
 	free := c.observedAt
 	if c.holder != "" {
-		free = free.Add(c.leaseDuration)
+		free = free.Add(c.duration)
 	}
 	return time.Since(free)
 }

@@ -112,12 +112,13 @@ func TestCandidateTakesADeletedLeaseAtOnce(t *testing.T) {
 	}
 }
 
-// A holder that stops renewing keeps the Lease for LeaseDuration after its
-// last renewal the candidate saw, and not a poll longer.
+// A holder that stops renewing keeps the Lease for the duration it wrote in
+// it (not the candidate's own) after its last renewal the candidate saw,
+// and not a poll longer.
 func TestCandidateTakesAnUnrenewedLeaseWhenItExpires(t *testing.T) {
 	const leaseDuration = 2 * time.Second
 	hub := fake.NewClientset(heldLease("other", 2, 1))
-	won := startCandidate(t, hub, leaseDuration, 30*time.Second)
+	won := startCandidate(t, hub, 30*time.Second, 30*time.Second)
 	var last time.Time
 	for i := 0; i < 8; i++ { // the holder renews for 2.4s, longer than a lease
 		time.Sleep(300 * time.Millisecond)

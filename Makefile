@@ -39,8 +39,9 @@ TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubec
 NODE_TOOLS := $(addprefix $(ASSETS_DIR)/,kubelet kube-scheduler kube-proxy)
 # The Debian packages a node needs (containerd runs the pods with runc on the
 # CNI bridge; kube-proxy programs nftables; nsenter and unshare enter the
-# node's namespaces). make node-deps installs the missing ones.
-NODE_PACKAGES := containerd runc containernetworking-plugins nftables util-linux iproute2
+# node's namespaces; busybox-static goes into the MCS conformance suite's
+# busybox image). make node-deps installs the missing ones.
+NODE_PACKAGES := containerd runc containernetworking-plugins nftables util-linux iproute2 busybox-static
 # The ones hack/demo starts (through internal/testenv): one etcd and one
 # kube-apiserver per cluster. `make demo` builds only these.
 DEMO_TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver etcd)
@@ -59,6 +60,11 @@ PROMETHEUS_DIR := $(abspath $(CACHE_DIR))/bin/prometheus-$(PROMETHEUS_VERSION)
 PROMETHEUS := $(addprefix $(PROMETHEUS_DIR)/,prometheus promtool)
 PROMETHEUS_LDFLAGS := -X github.com/prometheus/common/version.Version=3.$(patsubst 3%,%,$(word 2,$(subst ., ,$(PROMETHEUS_VERSION)))).$(word 3,$(subst ., ,$(PROMETHEUS_VERSION))) \
 	-X github.com/prometheus/common/version.Branch=HEAD
+
+# The MCS API conformance suite's test binary, which test/node runs on a
+# ClusterSet of real nodes; built from hack/conformance (pinned there).
+MCS_CONFORMANCE_VERSION := v0.1.1-0.20241002142749-eff1ba8c3ab2
+MCS_CONFORMANCE := $(abspath $(CACHE_DIR))/bin/mcs-conformance-$(MCS_CONFORMANCE_VERSION)/mcs-conformance.test
 
 # Helm, for the chart's tests and `make lint-chart` (see "Helm chart and
 # container image" below). Defined here: `tools` depends on it.
@@ -165,7 +171,8 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 test-node: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-node: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-node: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
-test-node: tools $(NODE_TOOLS) node-deps image ## Run the real-node tests (test/node): the chart's pods and traffic on real kubelets; needs root, skips without
+test-node: export ENDPOINT_AGGREGATOR_MCS_CONFORMANCE = $(MCS_CONFORMANCE)
+test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps image ## Run the real-node tests (test/node): the chart's pods and traffic on real kubelets; needs root, skips without
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.
@@ -206,6 +213,15 @@ prometheus: $(PROMETHEUS) ## Build Prometheus and promtool (for the monitoring t
 
 .PHONY: node-tools
 node-tools: $(NODE_TOOLS) ## Build kubelet, kube-scheduler and kube-proxy into the cache if missing (~2 min once kube-apiserver is built)
+
+.PHONY: mcs-conformance
+mcs-conformance: $(MCS_CONFORMANCE) ## Build the MCS API conformance suite's test binary (pinned in hack/conformance) into the cache if missing (~3 min cold)
+
+$(MCS_CONFORMANCE):
+	@mkdir -p $(@D)
+	@echo "go test -C hack/conformance -c -o $@ sigs.k8s.io/mcs-api/conformance"
+	@$(GO) test -C hack/conformance -c -o $@.tmp sigs.k8s.io/mcs-api/conformance
+	@mv -f $@.tmp $@
 
 .PHONY: node-deps
 node-deps: ## Install the Debian packages real nodes need (containerd, runc, CNI plugins, nftables) when missing; needs root

@@ -154,7 +154,7 @@ func (c *Cluster) startNode(assets string) error {
 	if err := n.waitContainerd(60 * time.Second); err != nil {
 		return err
 	}
-	if err := n.importImages(c.nodeOpts.Images); err != nil {
+	if err := n.importImages(c.nodeOpts); err != nil {
 		return err
 	}
 	if _, err := n.start("kubelet", filepath.Join(assets, "kubelet"), true,
@@ -228,14 +228,22 @@ func (n *Node) waitContainerd(timeout time.Duration) error {
 	return fmt.Errorf("containerd did not answer: %v\n%s", err, tail(filepath.Join(n.dir, "containerd.log"), 20))
 }
 
-// importImages imports the pause image and the given image tarballs into
-// containerd (nothing is ever pulled).
-func (n *Node) importImages(extra []string) error {
+// importImages imports the pause and echo images, with o.MCSConformance
+// the suite's stand-ins, and o.Images into containerd (nothing is ever
+// pulled).
+func (n *Node) importImages(o NodeOptions) error {
 	images, err := testImages()
 	if err != nil {
 		return err
 	}
-	for _, tar := range append(images, extra...) {
+	if o.MCSConformance {
+		more, err := conformanceImages()
+		if err != nil {
+			return err
+		}
+		images = append(images, more...)
+	}
+	for _, tar := range append(images, o.Images...) {
 		if err := n.ctr("images", "import", "--no-unpack=false", tar); err != nil {
 			return fmt.Errorf("importing %s: %w", tar, err)
 		}
@@ -304,7 +312,88 @@ var (
 	imagesOnce sync.Once
 	imagesTars []string
 	imagesErr  error
+
+	conformanceOnce sync.Once
+	conformanceTars []string
+	conformanceErr  error
 )
+
+// The images the MCS conformance suite's pods name, built here: busybox
+// from Debian's busybox-static, and a socat stand-in (nodeimages/socat) that
+// does what the suite asks of socat.
+const (
+	BusyboxImage = "docker.io/library/busybox:latest"
+	SocatImage   = "docker.io/alpine/socat:1.7.4.4"
+	busyboxPath  = "/bin/busybox"
+)
+
+func conformanceImages() ([]string, error) {
+	conformanceOnce.Do(func() {
+		if err := checkExecutable(busyboxPath); err != nil {
+			conformanceErr = fmt.Errorf("%w (install Debian's busybox-static: make node-deps)", err)
+			return
+		}
+		dir, err := imagesDir()
+		if err != nil {
+			conformanceErr = err
+			return
+		}
+		socat, err := goBuild(dir, "socat")
+		if err != nil {
+			conformanceErr = err
+			return
+		}
+		var links []string
+		for _, tool := range []string{"sh", "nc", "sleep", "echo", "cat", "nslookup"} {
+			links = append(links, "-symlink", "/bin/"+tool+":busybox")
+		}
+		for _, img := range []struct {
+			tag  string
+			args []string
+		}{
+			{BusyboxImage, append([]string{"-binary", busyboxPath, "-add", busyboxPath + ":/bin/busybox", "-no-entrypoint", "-cmd", "sh"}, links...)},
+			{SocatImage, append([]string{"-binary", socat, "-add", busyboxPath + ":/bin/busybox"}, links...)},
+		} {
+			tar := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.tag)+".tar")
+			args := append([]string{"-tag", img.tag, "-o", tar, "-user", "0:0", "-env", "PATH=/bin"}, img.args...)
+			if err := testImage(args...); err != nil {
+				conformanceErr = err
+				return
+			}
+			conformanceTars = append(conformanceTars, tar)
+		}
+	})
+	return conformanceTars, conformanceErr
+}
+
+// goBuild builds ./internal/testenv/nodeimages/<pkg> as a static binary in dir.
+func goBuild(dir, pkg string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, pkg)
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./internal/testenv/nodeimages/"+pkg)
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v: %s", pkg, err, out)
+	}
+	return bin, nil
+}
+
+// testImage runs `hack/image test-image args`.
+func testImage(args ...string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	mk := exec.Command("go", append([]string{"run", "-C", filepath.Join(root, "hack", "image"), ".", "test-image"}, args...)...)
+	if out, err := mk.CombinedOutput(); err != nil {
+		return fmt.Errorf("hack/image test-image %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
 
 // EchoImage is the test server's image (nodeimages/echo), imported into
 // every node.
@@ -314,12 +403,7 @@ const EchoImage = "localhost/endpoint-aggregator-testenv/echo:1"
 // hack/image, into a temporary directory.
 func testImages() ([]string, error) {
 	imagesOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			imagesErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "endpoint-aggregator-images-")
+		dir, err := imagesDir()
 		if err != nil {
 			imagesErr = err
 			return
@@ -328,25 +412,50 @@ func testImages() ([]string, error) {
 			{"pause", PauseImage, "65535:65535"},
 			{"echo", EchoImage, "65532:65532"},
 		} {
-			bin := filepath.Join(dir, img.pkg)
-			build := exec.Command("go", "build", "-trimpath", "-o", bin, "./internal/testenv/nodeimages/"+img.pkg)
-			build.Dir = root
-			build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-			if out, err := build.CombinedOutput(); err != nil {
-				imagesErr = fmt.Errorf("building %s: %v: %s", img.pkg, err, out)
+			bin, err := goBuild(dir, img.pkg)
+			if err != nil {
+				imagesErr = err
 				return
 			}
 			tar := filepath.Join(dir, img.pkg+".tar")
-			mk := exec.Command("go", "run", "-C", filepath.Join(root, "hack", "image"), ".", "test-image",
-				"-binary", bin, "-tag", img.tag, "-o", tar, "-user", img.user)
-			if out, err := mk.CombinedOutput(); err != nil {
-				imagesErr = fmt.Errorf("image %s: %v: %s", img.tag, err, out)
+			if err := testImage("-binary", bin, "-tag", img.tag, "-o", tar, "-user", img.user); err != nil {
+				imagesErr = err
 				return
 			}
 			imagesTars = append(imagesTars, tar)
 		}
 	})
 	return imagesTars, imagesErr
+}
+
+var (
+	imagesDirMu   sync.Mutex
+	imagesDirPath string
+)
+
+// imagesDir is where this process builds its test images.
+func imagesDir() (string, error) {
+	imagesDirMu.Lock()
+	defer imagesDirMu.Unlock()
+	if imagesDirPath == "" {
+		d, err := os.MkdirTemp("", "endpoint-aggregator-images-")
+		if err != nil {
+			return "", err
+		}
+		imagesDirPath = d
+	}
+	return imagesDirPath, nil
+}
+
+// RemoveTestImages removes the images this process built (call it once its
+// nodes are gone, e.g. at the end of TestMain).
+func RemoveTestImages() {
+	imagesDirMu.Lock()
+	defer imagesDirMu.Unlock()
+	if imagesDirPath != "" {
+		_ = os.RemoveAll(imagesDirPath)
+		imagesDirPath = ""
+	}
 }
 
 func moduleRoot() (string, error) {

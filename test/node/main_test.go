@@ -19,5 +19,7 @@ func TestMain(m *testing.M) {
 	} else {
 		fmt.Fprintln(os.Stderr, "test/node: not root: the real-node tests skip (they create network namespaces and links and run containers)")
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.RemoveTestImages()
+	os.Exit(code)
 }

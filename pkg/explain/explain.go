@@ -52,8 +52,13 @@ type Input struct {
 // Member is what explain read of one member, and of its part in the hub.
 type Member struct {
 	Name string
-	// Secret is its registration Secret; "" for the hub itself.
-	Secret string
+	// Secret is its registration Secret; "" for the hub itself or a
+	// member registered by a ClusterProfile (namespace/name).
+	Secret         string
+	ClusterProfile string
+	// ControlPlane is what the cluster manager says is wrong with the
+	// member's control plane (its ClusterProfile), "" for nothing.
+	ControlPlane string
 	// Lease is its liveness Lease in the hub, or nil.
 	Lease *coordinationv1.Lease
 	// UnreachableGrace and UnreachableWithdraw override the policy's when
@@ -87,9 +92,12 @@ type Report struct {
 
 // MemberRow is one member's line.
 type MemberRow struct {
-	Cluster   string `json:"cluster"`
-	Connected string `json:"connected"` // True, False or Unknown
-	Healthy   string `json:"healthy"`   // from the member Lease
+	Cluster string `json:"cluster"`
+	// Registration is what registers it: "Secret NAME", "ClusterProfile
+	// NAMESPACE/NAME", or "hub" (--hub-is-member).
+	Registration string `json:"registration"`
+	Connected    string `json:"connected"` // True, False or Unknown
+	Healthy      string `json:"healthy"`   // from the member Lease
 	// Service describes the member Service: "ClusterIP http:80/TCP", or
 	// "not found", or "not read" (ReadError says why, if it was tried).
 	Service   string `json:"service"`
@@ -164,7 +172,10 @@ func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export
 }
 
 func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult) MemberRow {
-	row := MemberRow{Cluster: m.Name, Connected: "Unknown", Healthy: "Unknown", Service: "not read"}
+	row := MemberRow{Cluster: m.Name, Registration: registration(m), Connected: "Unknown", Healthy: "Unknown", Service: "not read"}
+	if m.ControlPlane != "" && m.ReadError == "" {
+		row.ReadError = m.ControlPlane
+	}
 	down, since := unreachable(m.Lease, in.Now)
 	switch {
 	case m.Lease == nil:
@@ -188,6 +199,17 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	row.Hub = describeHub(m)
 	row.Verdict = verdict(in, m, record, merged, down, since)
 	return row
+}
+
+func registration(m Member) string {
+	switch {
+	case m.ClusterProfile != "":
+		return "ClusterProfile " + m.ClusterProfile
+	case m.Secret != "":
+		return "Secret " + m.Secret
+	default:
+		return "hub"
+	}
 }
 
 // unreachable reports whether the member's Lease has lapsed, and since when.

@@ -32,6 +32,7 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/config"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/explain"
 )
 
 const (
@@ -144,6 +145,27 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 	if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); !strings.Contains(ev, clusters.ReasonConnected) {
 		t.Errorf("no %s Event on the ClusterProfile; events:\n%s", clusters.ReasonConnected, ev)
 	}
+
+	t.Run("explain gives the ClusterProfile member a row, read through the plugin", func(t *testing.T) {
+		kubeconfig := cliKubeconfig(t, e.hub)
+		stdout, stderr, err := runCLI(ctx, "explain", appNamespace+"/"+svc, "--hub-context", "hub", "--kubeconfig", kubeconfig,
+			"-n", daemonNamespace, "--export-mode", "annotation", "--cluster-profile-namespaces", fleetNamespace,
+			"--cluster-manager", clusterManager, "--access-provider-file", providers, "-o", "json")
+		if err != nil {
+			t.Fatalf("explain: %v\n%s", err, stderr)
+		}
+		var r explain.Report
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatalf("explain -o json: %v\n%s", err, stdout)
+		}
+		if len(r.Members) != 1 {
+			t.Fatalf("explain rows %+v, want one (east; not the other cluster manager's)", r.Members)
+		}
+		m := r.Members[0]
+		if m.Cluster != "east" || m.Registration != "ClusterProfile "+fleetNamespace+"/east" || m.Connected != "True" || m.Ready != 3 {
+			t.Errorf("explain row %+v, want east from its ClusterProfile, connected, 3 ready", m)
+		}
+	})
 
 	t.Run("rotation keeps the member connected", func(t *testing.T) {
 		second := memberToken(t, e.east, "reader-2")

@@ -21,6 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	cpclientset "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/yaml"
@@ -46,6 +49,10 @@ type explainOptions struct {
 	UnreachableWithdraw time.Duration
 	HubIsMember         bool
 	HubClusterName      string
+	// Members from ClusterProfiles, as the daemon's flags say.
+	ClusterProfileNamespaces []string
+	ClusterManager           string
+	AccessProviderFile       string
 
 	namespace, service string // the argument
 }
@@ -105,6 +112,9 @@ member, e.g.:
 	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "The daemon's --unreachable-withdraw.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "The daemon's --hub-is-member.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "The daemon's --hub-cluster-name.")
+	fs.StringSliceVar(&o.ClusterProfileNamespaces, "cluster-profile-namespaces", o.ClusterProfileNamespaces, "The daemon's --cluster-profile-namespaces: its ClusterProfile members get rows too.")
+	fs.StringVar(&o.ClusterManager, "cluster-manager", o.ClusterManager, "The daemon's --cluster-manager.")
+	fs.StringVar(&o.AccessProviderFile, "access-provider-file", o.AccessProviderFile, "The daemon's --access-provider-file, to read ClusterProfile members (runs its credential plugins); without it they are not read.")
 	return cmd
 }
 
@@ -196,10 +206,32 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		}
 	}
 
-	// One member per cluster name: the oldest Secret, as the daemon does.
-	slices.SortFunc(secrets.Items, func(a, b corev1.Secret) int {
-		return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time)
-	})
+	profiles, err := o.listClusterProfiles(ctx, hub)
+	if err != nil {
+		return in, err
+	}
+	var providers *clusters.AccessProviders
+	if len(profiles) > 0 && o.ReadMembers && o.AccessProviderFile != "" {
+		if providers, err = clusters.LoadAccessProviders(o.AccessProviderFile); err != nil {
+			return in, fmt.Errorf("--access-provider-file: %w", err)
+		}
+	}
+
+	// One member per cluster name: the oldest registration, Secret or
+	// ClusterProfile, as the daemon does.
+	type registration struct {
+		created time.Time
+		secret  *corev1.Secret
+		profile *cpv1alpha1.ClusterProfile
+	}
+	var regs []registration
+	for i := range secrets.Items {
+		regs = append(regs, registration{created: secrets.Items[i].CreationTimestamp.Time, secret: &secrets.Items[i]})
+	}
+	for i := range profiles {
+		regs = append(regs, registration{created: profiles[i].CreationTimestamp.Time, profile: &profiles[i]})
+	}
+	slices.SortStableFunc(regs, func(a, b registration) int { return a.created.Compare(b.created) })
 	seen := map[string]bool{}
 	add := func(m explain.Member, kube kubernetes.Interface, mcs mcsclientset.Interface) {
 		m.Lease = leases[m.Name]
@@ -211,8 +243,16 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		}
 		in.Members = append(in.Members, m)
 	}
-	for i := range secrets.Items {
-		s := &secrets.Items[i]
+	for _, r := range regs {
+		if cp := r.profile; cp != nil {
+			if seen[cp.Name] {
+				continue
+			}
+			seen[cp.Name] = true
+			o.addProfileMember(ctx, cp, providers, warn, add)
+			continue
+		}
+		s := r.secret
 		name := s.Annotations[clusters.AnnotationClusterName]
 		if name == "" {
 			name = s.Name
@@ -245,12 +285,68 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 	return in, nil
 }
 
+// listClusterProfiles lists the ClusterProfiles the daemon registers, when
+// explain is told it does.
+func (o *explainOptions) listClusterProfiles(ctx context.Context, hub *cliClients) ([]cpv1alpha1.ClusterProfile, error) {
+	if len(o.ClusterProfileNamespaces) == 0 {
+		return nil, nil
+	}
+	client, err := cpclientset.NewForConfig(hub.config)
+	if err != nil {
+		return nil, err
+	}
+	var selector string
+	if o.ClusterManager != "" {
+		selector = labels.Set{cpv1alpha1.LabelClusterManagerKey: o.ClusterManager}.String()
+	}
+	var out []cpv1alpha1.ClusterProfile
+	for _, ns := range o.ClusterProfileNamespaces {
+		list, err := client.ApisV1alpha1().ClusterProfiles(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return nil, fmt.Errorf("hub %s: listing ClusterProfiles in namespace %s: %w", hub.context, ns, err)
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
+}
+
+// addProfileMember adds the row of a member registered by a ClusterProfile,
+// read through the access-provider file when there is one.
+func (o *explainOptions) addProfileMember(ctx context.Context, cp *cpv1alpha1.ClusterProfile, providers *clusters.AccessProviders,
+	warn func(string, ...any), add func(explain.Member, kubernetes.Interface, mcsclientset.Interface)) {
+	m := explain.Member{Name: cp.Name, ClusterProfile: cp.Namespace + "/" + cp.Name, ControlPlane: clusters.ControlPlaneUnhealthy(cp)}
+	if p, err := clusters.ParsePolicyOverride(cp.Annotations); err != nil {
+		warn("ClusterProfile %s/%s: %v; the daemon's policy is assumed", cp.Namespace, cp.Name, err)
+	} else {
+		m.UnreachableGrace, m.UnreachableWithdraw = p.Grace, p.Withdraw
+	}
+	if providers == nil || !o.ReadMembers {
+		add(m, nil, nil)
+		return
+	}
+	kube, mcs, err := o.clientsFor(providers.RESTConfig(cp, clusters.KubeconfigPolicy{}))
+	if err != nil {
+		m.Read, m.ReadError = true, fmt.Sprintf("ClusterProfile %s/%s: %v", cp.Namespace, cp.Name, err)
+		add(m, nil, nil)
+		return
+	}
+	add(m, kube, mcs)
+}
+
 // memberClients builds read-only clients of a member from its Secret, with
 // the daemon's default kubeconfig policy: no exec plugin, no local file.
 func (o *explainOptions) memberClients(s *corev1.Secret) (kubernetes.Interface, mcsclientset.Interface, error) {
-	cfg, err := clusters.RESTConfig(s.Data[clusters.KubeconfigKey], clusters.KubeconfigPolicy{})
+	kube, mcs, err := o.clientsFor(clusters.RESTConfig(s.Data[clusters.KubeconfigKey], clusters.KubeconfigPolicy{}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("registration Secret %s: %w", s.Name, err)
+	}
+	return kube, mcs, nil
+}
+
+// clientsFor builds read-only member clients from cfg (or returns err).
+func (o *explainOptions) clientsFor(cfg *rest.Config, err error) (kubernetes.Interface, mcsclientset.Interface, error) {
+	if err != nil {
+		return nil, nil, err
 	}
 	cfg.Timeout = o.kube.RequestTimeout
 	cfg.UserAgent = "endpoint-aggregator-cli/" + version()

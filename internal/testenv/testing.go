@@ -1,7 +1,11 @@
 package testenv
 
 import (
+	"path/filepath"
 	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // RequireAssets returns AssetsDir, or fails the test with the reason the
@@ -50,4 +54,35 @@ func StartAllT(t testing.TB, specs ...Spec) []*Cluster {
 		}
 	})
 	return clusters
+}
+
+// MergedKubeconfig writes one kubeconfig (in a t.TempDir()) with a context
+// per cluster, named like the cluster; the current context is the first's.
+func MergedKubeconfig(t testing.TB, cs ...*Cluster) string {
+	t.Helper()
+	merged := clientcmdapi.NewConfig()
+	for _, c := range cs {
+		kc, err := clientcmd.Load(c.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := kc.Contexts[c.Name]; !ok {
+			t.Fatalf("kubeconfig of %s has no context %s", c.Name, c.Name)
+		}
+		for k, v := range kc.Clusters {
+			merged.Clusters[k] = v
+		}
+		for k, v := range kc.AuthInfos {
+			merged.AuthInfos[k] = v
+		}
+		for k, v := range kc.Contexts {
+			merged.Contexts[k] = v
+		}
+	}
+	merged.CurrentContext = cs[0].Name
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*merged, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
@@ -359,35 +356,7 @@ func runCLI(ctx context.Context, args ...string) (stdout, stderr string, err err
 // named like the cluster.
 func cliKubeconfig(t *testing.T, cs ...*testenv.Cluster) string {
 	t.Helper()
-	merged := clientcmdapi.NewConfig()
-	for _, c := range cs {
-		kc, err := clientcmd.Load(c.Kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := kc.Contexts[c.Name]; !ok {
-			t.Fatalf("kubeconfig of %s has no context %s", c.Name, c.Name)
-		}
-		for k, v := range kc.Clusters {
-			merged.Clusters[k] = v
-		}
-		for k, v := range kc.AuthInfos {
-			merged.AuthInfos[k] = v
-		}
-		for k, v := range kc.Contexts {
-			merged.Contexts[k] = v
-		}
-	}
-	merged.CurrentContext = cs[0].Name
-	data, err := clientcmd.Write(*merged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testenv.MergedKubeconfig(t, cs...)
 }
 
 // cliMemberIdentityRVs returns the resourceVersions of the member identity.

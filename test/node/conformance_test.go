@@ -13,8 +13,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +58,7 @@ func TestMCSConformance(t *testing.T) {
 	for _, c := range cs {
 		dirs = append(dirs, c.Dir)
 	}
-	kubeconfig := mergedKubeconfig(t, cs)
+	kubeconfig := testenv.MergedKubeconfig(t, cs...)
 	for _, c := range cs {
 		testenv.StartCoreDNSAt(t, c.KubeconfigPath, c.Node.HostIP)
 		mustCreateNamespace(t, c.Client, daemonNS)
@@ -156,33 +154,6 @@ func neverPull(t *testing.T, c *testenv.Cluster) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// mergedKubeconfig writes one kubeconfig with a context per cluster, named
-// after it.
-func mergedKubeconfig(t *testing.T, cs []*testenv.Cluster) string {
-	t.Helper()
-	merged := clientcmdapi.NewConfig()
-	for _, c := range cs {
-		kc, err := clientcmd.Load(c.Kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range kc.Clusters {
-			merged.Clusters[k] = v
-		}
-		for k, v := range kc.AuthInfos {
-			merged.AuthInfos[k] = v
-		}
-		for k, v := range kc.Contexts {
-			merged.Contexts[k] = v
-		}
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*merged, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // summarize reads Ginkgo's JSON report: counts by state, and one line per

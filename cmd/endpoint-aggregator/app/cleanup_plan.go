@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -258,21 +256,10 @@ func printCleanup(w io.Writer, format string, r cleanupReport) error {
 		r.Objects = []cleanupObject{}
 	}
 	r.Counts = cleanupCounts(r.Objects)
+	if done, err := printStructured(w, format, r); done {
+		return err
+	}
 	switch format {
-	case "json":
-		data, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", data)
-		return err
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
 	case "table", "":
 		if len(r.Objects) == 0 {
 			return nil

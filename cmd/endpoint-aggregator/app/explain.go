@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +25,6 @@ import (
 	cpclientset "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	"sigs.k8s.io/yaml"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -403,20 +401,7 @@ func (o *explainOptions) readHubPart(ctx context.Context, hub *cliClients, m *ex
 }
 
 func printExplanation(w io.Writer, format string, r explain.Report) error {
-	switch format {
-	case "json":
-		data, err := json.MarshalIndent(r, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", data)
-		return err
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
+	if done, err := printStructured(w, format, r); done {
 		return err
 	}
 	fmt.Fprintf(w, "Service %s\n\n", r.Service)

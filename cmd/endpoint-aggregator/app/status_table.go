@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -289,21 +287,10 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 	if rows == nil {
 		rows = []memberStatus{}
 	}
+	if done, err := printStructured(w, format, statusReport{Namespace: namespace, Members: rows}); done {
+		return err
+	}
 	switch format {
-	case "json":
-		data, err := json.MarshalIndent(statusReport{Namespace: namespace, Members: rows}, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", data)
-		return err
-	case "yaml":
-		data, err := yaml.Marshal(statusReport{Namespace: namespace, Members: rows})
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
 	case "table", "":
 		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tSECRET\tCONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tLAST ERROR\tAGE")

@@ -411,6 +411,12 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	return c.syncMemberService(ctx, key)
 }
 
+// Queued returns how many keys wait in this controller's queue (not in
+// flight, not waiting out a retry). Unlike the workqueue depth metric,
+// which client-go keeps per process and name, it counts this controller
+// only.
+func (c *Controller) Queued() int { return c.queue.Len() }
+
 // Pending is the number of keys queued, being synced, waiting to retry
 // after an error, or to merge after mergeCoalesce. Keys parked after a name conflict are not counted: they
 // wait for a person.

@@ -155,7 +155,7 @@ func TestHostileMemberIsBoundedAndProducesOnlyValidHubObjects(t *testing.T) {
 	wantImports := wantEast + 1 // and west's cart
 	quiet := 0
 	if err := waitUntil(2*waitTimeout, 500*time.Millisecond, func() error {
-		if n := gaugeValue(t, d, "endpoint_aggregator_workqueue_depth", "name", "endpoint_aggregator"); n > 0 {
+		if n := d.Controller.Queued(); n > 0 {
 			quiet = 0
 			return fmt.Errorf("%v keys queued", n)
 		}

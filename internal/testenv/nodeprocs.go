@@ -35,67 +35,34 @@ type Node struct {
 }
 
 type nodeProc struct {
-	name    string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	logPath string
+	name string
+	*process
 }
 
 func (n *Node) start(name, bin string, inNode bool, args ...string) (*nodeProc, error) {
-	logPath := filepath.Join(n.dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = logFile.Close() }()
 	var cmd *exec.Cmd
 	if inNode {
-		h := n.holder.cmd.Process.Pid
+		h := n.holder.pid()
 		cmd = exec.Command("nsenter", append([]string{
 			fmt.Sprintf("--net=/proc/%d/ns/net", h), fmt.Sprintf("--mount=/proc/%d/ns/mnt", h), "--", bin}, args...)...)
 	} else {
 		cmd = exec.Command(bin, args...)
 	}
 	cmd.Dir = n.dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a test's Ctrl-C does not reach it first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+	proc, err := startProcess(cmd, filepath.Join(n.dir, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	p := &nodeProc{name: name, cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	n.state.Pids = append(n.state.Pids, cmd.Process.Pid)
+	p := &nodeProc{name: name, process: proc}
+	n.state.Pids = append(n.state.Pids, proc.pid())
 	if err := n.state.write(); err != nil {
 		p.stop()
 		return nil, err
 	}
 	n.procs = append(n.procs, p)
 	return p, nil
-}
-
-func (p *nodeProc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *nodeProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // startNode runs the node of c (its network set up by Start): the mount
@@ -201,7 +168,7 @@ func (n *Node) startHolder() (*nodeProc, error) {
 		if p.exited() {
 			return nil, fmt.Errorf("node holder exited: %s", tail(p.logPath, 10))
 		}
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.cmd.Process.Pid))
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.pid()))
 		if strings.TrimSpace(string(comm)) == "tail" {
 			return p, nil
 		}
@@ -211,7 +178,7 @@ func (n *Node) startHolder() (*nodeProc, error) {
 }
 
 func (n *Node) ctr(args ...string) error {
-	h := n.holder.cmd.Process.Pid
+	h := n.holder.pid()
 	return run("nsenter", append([]string{fmt.Sprintf("--mount=/proc/%d/ns/mnt", h), "--",
 		"ctr", "--address", n.Socket, "--namespace", "k8s.io"}, args...)...)
 }
@@ -292,11 +259,12 @@ func (n *Node) stop() {
 			continue
 		}
 		if p.name == "containerd" {
-			killNodeTree(filepath.Join(n.dir, "containerd")) // shims, containers
+			// containerd and, below its shims, the containers: their
+			// command lines name the node's directory.
+			killNodeTree(n.dir)
 		}
 		p.stop()
 	}
-	killNodeTree(n.dir)
 	if n.holder != nil {
 		n.holder.stop()
 	}

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -87,11 +86,8 @@ type ScrapeTarget struct {
 
 // Prometheus is a running Prometheus server on loopback.
 type Prometheus struct {
-	URL     string // http://127.0.0.1:PORT
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	logPath string
+	URL string // http://127.0.0.1:PORT
+	*process
 }
 
 // StartPrometheus runs Prometheus scraping targets every second and
@@ -154,11 +150,6 @@ func StartPrometheus(t testing.TB, targets []ScrapeTarget, ruleFiles ...string) 
 func startPrometheusProcess(bin, dir, config string, port int) (*Prometheus, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(dir, fmt.Sprintf("prometheus-%d.log", port))
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	cmd := exec.Command(bin,
 		"--config.file="+config,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -167,16 +158,11 @@ func startPrometheusProcess(bin, dir, config string, port int) (*Prometheus, err
 		"--log.level=warn",
 	)
 	cmd.Dir = dir
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	proc, err := startProcess(cmd, logPath)
+	if err != nil {
+		return nil, err
 	}
-	p := &Prometheus{URL: "http://" + addr, cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
+	p := &Prometheus{URL: "http://" + addr, process: proc}
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -195,22 +181,6 @@ func startPrometheusProcess(bin, dir, config string, port int) (*Prometheus, err
 	}
 	p.stop()
 	return nil, fmt.Errorf("prometheus on %s not ready after 60s\n%s", addr, tail(logPath, 40))
-}
-
-// stop ends Prometheus: SIGTERM, then SIGKILL after ten seconds.
-func (p *Prometheus) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
 }
 
 // Sample is one series of an instant query's result.

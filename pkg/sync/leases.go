@@ -28,24 +28,20 @@ const (
 // renewed every quarter of its duration (the renewals spread evenly over
 // that time) while the member is synced and
 // answers its health probe, so anyone can tell a live member from a dead one
-// with `kubectl get leases`. Leases of unregistered members are deleted.
+// with `kubectl get leases`. Leases of unregistered members are deleted,
+// among them those found by a List of our Leases at the start (retried each
+// period until it succeeds).
 func (c *Controller) runMemberLeases(ctx context.Context) {
 	if c.opts.LeaseNamespace == "" || c.opts.LeaseDuration <= 0 {
 		return
 	}
 	known := map[string]*coordinationv1.Lease{}
-	// Leases left behind by members unregistered while the daemon was down.
-	if list, err := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String(),
-	}); err == nil {
-		for i := range list.Items {
-			if l := &list.Items[i]; l.Labels[LabelLeaseCluster] != "" {
-				known[l.Labels[LabelLeaseCluster]] = l
-			}
-		}
-	}
+	listed := false
 	period := c.opts.LeaseDuration / 4
 	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
+		if !listed {
+			listed = c.listMemberLeases(ctx, known)
+		}
 		registered := map[string]bool{}
 		names := c.members.Names()
 		// Spread the renewals over most of the period: a burst of one
@@ -86,6 +82,31 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 			}
 		}
 	}, period)
+}
+
+// listMemberLeases adds to known the member Leases in the hub, among them
+// those left behind by members unregistered while the daemon was down, so
+// that they are deleted. It reports whether the List succeeded: until it
+// does, runMemberLeases calls it again in each period, after which the
+// renewals of that period go on as usual. A Lease already in known (one we
+// wrote since) is newer than the listed one and is kept.
+func (c *Controller) listMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease) bool {
+	list, err := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String(),
+	})
+	if err != nil {
+		klog.ErrorS(err, "Listing member Leases failed; retrying next renewal period (Leases of unregistered members stay until then)",
+			"namespace", c.opts.LeaseNamespace)
+		return false
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		name := l.Labels[LabelLeaseCluster]
+		if _, ok := known[name]; name != "" && !ok {
+			known[name] = l
+		}
+	}
+	return true
 }
 
 // renewLease creates or renews a member's Lease; last is what we last wrote

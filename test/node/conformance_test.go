@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,7 +34,9 @@ const conformanceEnv = "ENDPOINT_AGGREGATOR_MCS_CONFORMANCE"
 // pulled here: they are built locally (busybox from Debian's busybox-static,
 // a socat stand-in doing what the suite asks of socat), imported, and a
 // MutatingAdmissionPolicy in each cluster sets imagePullPolicy Never on the
-// suite's pods; nothing else of the suite is changed.
+// suite's pods; nothing else of the suite is changed. It passes only if
+// every spec the suite selected ran and passed (conformanceVerdict): Ginkgo
+// itself exits 0 when no spec ran, or when specs skip themselves.
 func TestMCSConformance(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireAssets(t)
@@ -94,10 +97,76 @@ func TestMCSConformance(t *testing.T) {
 		"-ginkgo.v", "-ginkgo.no-color", "-ginkgo.json-report", report, "-ginkgo.timeout", "20m")
 	cmd.Dir = t.TempDir()
 	out, runErr := cmd.CombinedOutput()
-	passed, failed, skipped, lines := summarize(t, report)
-	t.Logf("MCS conformance (%s): %d passed, %d failed, %d skipped\n%s", filepath.Base(suite), passed, failed, skipped, strings.Join(lines, "\n"))
-	if runErr != nil || failed > 0 {
-		t.Errorf("the conformance suite failed: %v\n%s", runErr, tailLines(string(out), 80))
+	reports, err := readGinkgoReport(report)
+	if err != nil {
+		t.Fatalf("the conformance suite (exit: %v) left no report: %v\n%s", runErr, err, tailLines(string(out), 80))
+	}
+	n := tally(reports)
+	t.Logf("MCS conformance (%s): %d passed, %d failed, %d skipped\n%s", filepath.Base(suite), n.passed, n.failed, n.skipped, strings.Join(n.lines, "\n"))
+	if err := conformanceVerdict(reports); err != nil || runErr != nil {
+		t.Errorf("the conformance suite failed: %v (exit: %v)\n%s", err, runErr, tailLines(string(out), 80))
+	}
+}
+
+// The judgement of TestMCSConformance on Ginkgo reports of the shape the
+// suite writes (`-ginkgo.json-report`). It needs no root: it reads files.
+func TestConformanceVerdictPassesOnlyWhenEverySelectedSpecPassed(t *testing.T) {
+	spec := func(state string) string {
+		return `{"ContainerHierarchyTexts":["Connectivity to remote services"],"LeafNodeText":"should be accessible","LeafNodeType":"It","State":"` + state + `"}`
+	}
+	specs := func(states ...string) string {
+		var out []string
+		for _, s := range states {
+			out = append(out, spec(s))
+		}
+		return strings.Join(out, ",")
+	}
+	suite := func(succeeded bool, total, selected int, reports string) string {
+		return fmt.Sprintf(`[{"SuitePath":"/conformance","SuiteDescription":"Conformance Suite","SuiteSucceeded":%t,"SpecialSuiteFailureReasons":null,`+
+			`"PreRunStats":{"TotalSpecs":%d,"SpecsThatWillRun":%d},"SpecReports":[%s]}]`, succeeded, total, selected, reports)
+	}
+	afterSuite := `{"LeafNodeText":"MCS conformance report","LeafNodeType":"ReportAfterSuite","State":"passed"}`
+	passed8 := specs("passed", "passed", "passed", "passed", "passed", "passed", "passed", "passed")
+	for _, tc := range []struct {
+		name, report string
+		pass         bool
+	}{
+		{name: "eight specs selected, eight passed", report: suite(true, 8, 8, passed8+","+afterSuite), pass: true},
+		{name: "specs not selected are not counted", report: suite(true, 10, 8, passed8+","+specs("skipped", "pending")), pass: true},
+		{name: "no spec in the suite", report: suite(true, 0, 0, "")},
+		// What the suite writes with a focus that matches nothing; it exits 0.
+		{name: "no spec selected", report: suite(true, 8, 0, specs("skipped", "skipped", "skipped", "skipped", "skipped", "skipped", "skipped", "skipped")+","+afterSuite)},
+		{name: "one spec failed", report: suite(false, 2, 2, specs("passed", "failed"))},
+		{name: "one spec timed out", report: suite(false, 2, 2, specs("passed", "timedout"))},
+		{name: "a selected spec skipped itself", report: suite(true, 2, 2, specs("passed", "skipped"))},
+		{name: "fewer specs reported than selected", report: suite(true, 3, 3, specs("passed", "passed"))},
+		// What the suite writes when it cannot reach its clusters: its
+		// specs are not reported at all.
+		{name: "BeforeSuite failed", report: suite(false, 8, 8,
+			`{"LeafNodeType":"BeforeSuite","State":"failed","Failure":{"Message":"Expected success, but got an error"}},`+afterSuite)},
+		{name: "no suite in the report", report: `[]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "report.json")
+			if err := os.WriteFile(path, []byte(tc.report), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			reports, err := readGinkgoReport(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = conformanceVerdict(reports)
+			if tc.pass && err != nil {
+				t.Errorf("judged failed, want passed: %v", err)
+			}
+			if !tc.pass {
+				if err == nil {
+					t.Error("judged passed, want failed")
+				} else {
+					t.Logf("judged failed: %v", err)
+				}
+			}
+		})
 	}
 }
 
@@ -156,50 +225,111 @@ func neverPull(t *testing.T, c *testenv.Cluster) {
 	}
 }
 
-// summarize reads Ginkgo's JSON report: counts by state, and one line per
-// spec (with the reason of a skip or failure).
-func summarize(t *testing.T, path string) (passed, failed, skipped int, lines []string) {
-	t.Helper()
+// ginkgoReport is what the tests read of one suite in Ginkgo's JSON report
+// (github.com/onsi/ginkgo/v2/types.Report; the file holds a list of them).
+type ginkgoReport struct {
+	SuiteSucceeded             bool
+	SpecialSuiteFailureReasons []string
+	// PreRunStats counts the suite's specs and those selected to run: the
+	// others (pending, or left out by a focus or skip) are reported as
+	// pending or skipped.
+	PreRunStats struct{ TotalSpecs, SpecsThatWillRun int }
+	// SpecReports holds the specs (LeafNodeType It) and the suite's setup
+	// nodes (BeforeSuite, ...).
+	SpecReports []struct {
+		ContainerHierarchyTexts []string
+		LeafNodeText            string
+		LeafNodeType            string
+		State                   string
+		Failure                 *struct{ Message string }
+	}
+}
+
+func readGinkgoReport(path string) ([]ginkgoReport, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Errorf("no Ginkgo report: %v", err)
-		return
+		return nil, err
 	}
-	var reports []struct {
-		SpecReports []struct {
-			ContainerHierarchyTexts []string
-			LeafNodeText            string
-			LeafNodeType            string
-			State                   string
-			Failure                 *struct{ Message string }
-		}
-	}
+	var reports []ginkgoReport
 	if err := json.Unmarshal(b, &reports); err != nil {
-		t.Errorf("Ginkgo report: %v", err)
-		return
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return reports, nil
+}
+
+// specTally counts the specs of Ginkgo reports by state, with one line per
+// spec (and the reason of a failure or skip).
+type specTally struct {
+	passed, failed, skipped int
+	// failedNames names the specs and setup nodes that did not pass.
+	failedNames []string
+	lines       []string
+}
+
+func tally(reports []ginkgoReport) specTally {
+	var n specTally
 	for _, r := range reports {
 		for _, s := range r.SpecReports {
+			name := strings.TrimSpace(strings.Join(append(s.ContainerHierarchyTexts, s.LeafNodeText), " "))
 			if s.LeafNodeType != "It" {
+				// A failed BeforeSuite fails the run; its specs are skipped.
+				if s.State != "passed" {
+					n.failedNames = append(n.failedNames, strings.TrimSpace(s.LeafNodeType+" "+name))
+				}
 				continue
 			}
-			name := strings.TrimSpace(strings.Join(append(s.ContainerHierarchyTexts, s.LeafNodeText), " "))
 			line := fmt.Sprintf("  %-8s %s", s.State, name)
 			switch s.State {
 			case "passed":
-				passed++
+				n.passed++
 			case "skipped", "pending":
-				skipped++
-			default:
-				failed++
+				n.skipped++
+			default: // failed, panicked, timedout, interrupted, aborted
+				n.failed++
+				n.failedNames = append(n.failedNames, name)
 			}
 			if s.Failure != nil && s.Failure.Message != "" {
 				line += ": " + strings.SplitN(s.Failure.Message, "\n", 2)[0]
 			}
-			lines = append(lines, line)
+			n.lines = append(n.lines, line)
 		}
 	}
-	return passed, failed, skipped, lines
+	return n
+}
+
+// conformanceVerdict judges a run of the conformance suite from its Ginkgo
+// report: it passed only if the suite succeeded, selected at least one spec,
+// and every selected spec passed. A suite that ran no spec succeeds in
+// Ginkgo's eyes (and exits 0), and so does one whose specs Skip themselves
+// (the suite skips specs that need two clusters when it has fewer); neither
+// is a conformance pass.
+func conformanceVerdict(reports []ginkgoReport) error {
+	if len(reports) == 0 {
+		return errors.New("the report holds no suite")
+	}
+	var errs []error
+	selected := 0
+	for _, r := range reports {
+		selected += r.PreRunStats.SpecsThatWillRun
+		if !r.SuiteSucceeded {
+			err := errors.New("the suite did not succeed")
+			if len(r.SpecialSuiteFailureReasons) > 0 {
+				err = fmt.Errorf("%w: %s", err, strings.Join(r.SpecialSuiteFailureReasons, "; "))
+			}
+			errs = append(errs, err)
+		}
+	}
+	n := tally(reports)
+	switch {
+	case selected == 0:
+		errs = append(errs, errors.New("the suite selected no spec to run"))
+	case n.passed < selected:
+		errs = append(errs, fmt.Errorf("%d of the %d selected specs passed (%d failed, %d skipped)", n.passed, selected, n.failed, n.skipped))
+	}
+	if len(n.failedNames) > 0 {
+		errs = append(errs, fmt.Errorf("did not pass: %s", strings.Join(n.failedNames, "; ")))
+	}
+	return errors.Join(errs...)
 }
 
 func tailLines(s string, n int) string {

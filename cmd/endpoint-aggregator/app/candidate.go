@@ -22,20 +22,23 @@ import (
 // Lease the moment it is free, where client-go's LeaderElector notices only
 // at its next poll, up to RetryPeriod later.
 //
-// It watches the one Lease. A Lease released (holderIdentity empty, as
-// ReleaseOnCancel leaves it) or deleted is tried at once; one whose holder
-// stopped renewing is tried when it expires. Expiry is judged as client-go
-// judges it, on this replica's clock: the record's leaseDurationSeconds
-// after the replica last saw the Lease change. The watch sees every renewal as it happens (by its
-// resourceVersion: the record's times have only seconds), so a warm
-// standby's deadline is the earliest of all: a replica started after the
-// leader died first saw the Lease later, and waits longer.
+// It watches the one Lease. A Lease released (holderIdentity empty, as the
+// leader leaves it once its workers stopped, see release) or deleted is
+// tried at once; one whose holder stopped renewing is tried when it
+// expires. Expiry is judged as client-go judges it, on this replica's
+// clock: the record's leaseDurationSeconds after the replica last saw the
+// Lease change. The watch sees every renewal as it happens (by its
+// resourceVersion), so a warm standby's deadline is the earliest of all: a
+// replica started after the leader died first saw the Lease later, and
+// waits longer. The Get before taking the Lease counts a renewal too, by
+// the record's exact renewTime, so a standby whose watch lags behind does
+// not take a Lease its holder still renews.
 //
 // Why not client-go's elector alone: it has no "try now" hook, and a fresh
 // elector (restarted on a watch event) dates the record from when it first
 // saw it, so it takes a released Lease at once but an expired one only a
-// whole LeaseDuration later. Reimplementing the elector (renew deadline,
-// release on cancel, callbacks) would be more code to get wrong. So the
+// whole LeaseDuration later. Reimplementing the elector (renewals, renew
+// deadline, callbacks) would be more code to get wrong. So the
 // candidate only acquires, with the steps of client-go's tryAcquireOrRenew
 // (Get, then Create, or Update guarded by the resourceVersion of the Get,
 // through the same resourcelock), and hands over to a LeaderElector of the
@@ -52,9 +55,10 @@ type candidate struct {
 
 	mu sync.Mutex
 	// What the watch or a Get last saw: the record, as resourcelock
-	// marshals it (its times have only seconds), and the resourceVersion,
-	// which the watch has and Get does not.
+	// marshals it (its times have only seconds), its exact renewTime, and
+	// the resourceVersion, which the watch has and Get does not.
 	raw        []byte
+	renewed    time.Time
 	rv         string
 	holder     string
 	duration   time.Duration // the holder's leaseDurationSeconds
@@ -94,18 +98,20 @@ func (c *candidate) watch(ctx context.Context, hub kubernetes.Interface, namespa
 // holds it.
 func (c *candidate) observe(rec *resourcelock.LeaderElectionRecord, rv string) {
 	var raw []byte
+	var renewed time.Time
 	holder, duration := "", time.Duration(0)
 	if rec != nil {
 		raw, _ = json.Marshal(*rec)
+		renewed = rec.RenewTime.Time
 		holder, duration = rec.HolderIdentity, time.Duration(rec.LeaseDurationSeconds)*time.Second
 	}
 	c.mu.Lock()
-	changed := rec == nil || !bytes.Equal(raw, c.raw) || (rv != "" && rv != c.rv)
+	changed := rec == nil || !bytes.Equal(raw, c.raw) || !renewed.Equal(c.renewed) || (rv != "" && rv != c.rv)
 	if changed {
 		if holder != "" && holder != c.holder && holder != c.lock.Identity() {
 			klog.InfoS("Standing by; another replica leads", "leader", holder)
 		}
-		c.raw, c.holder, c.duration, c.observedAt = raw, holder, duration, time.Now()
+		c.raw, c.renewed, c.holder, c.duration, c.observedAt = raw, renewed, holder, duration, time.Now()
 	}
 	if rv != "" {
 		c.rv = rv

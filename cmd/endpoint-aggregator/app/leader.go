@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -21,37 +24,53 @@ var errLostLeadership = errors.New("lost leader election lease")
 
 // runLeading runs the controller's workers while this replica holds the
 // leader Lease. Caches are warm before then (standbys run the informers), so
-// a takeover against a converged hub writes nothing. Losing the lease cancels
-// the workers' context at once, which aborts their in-flight requests.
+// a takeover against a converged hub writes nothing.
 //
 // A replica contends only once its caches are warm (see warm), or for a
 // Lease nobody took for a RetryPeriod: a fresh replacement pod must not win
 // the Lease over a standby that is ready to lead. While it stands by, a
 // candidate watches the Lease and takes it the moment it is released or
 // expires; then client-go's elector renews it.
+//
+// Leadership ends in one order: the workers stop and Controller.Run returns
+// (it waits for them, so no write of ours is in flight), the elector stops
+// renewing, and only then is the Lease released. client-go's own
+// ReleaseOnCancel has it the other way round: renew releases the Lease
+// before Run cancels the leading context, so a watching standby would start
+// its workers while ours still write. It stays off.
+//
+// When the hub stops answering, the workers stop once the renew deadline
+// has passed since the last renewal that succeeded was sent (renewalClock),
+// on this replica's clock. A standby takes an unreleased Lease only a lease
+// duration after it saw that renewal arrive, later by LeaseDuration -
+// RenewDeadline, the time the workers have to stop. client-go's elector
+// gives up later than that, a retry period after the last renewal's answer
+// plus the renew deadline, which can be past the standby's takeover.
 func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recorder record.EventRecorder) error {
 	if !d.opts.LeaderElect {
 		return d.lead(ctx)
 	}
 	host, _ := os.Hostname()
 	identity := host + "_" + string(uuid.NewUUID())
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, d.opts.Namespace, d.opts.LeaderElectionID,
+	rl, err := resourcelock.New(resourcelock.LeasesResourceLock, d.opts.Namespace, d.opts.LeaderElectionID,
 		hub.CoreV1(), hub.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder})
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
+	lock := &renewalClock{Interface: rl}
 	leading := make(chan context.Context, 1)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   d.opts.LeaseDuration,
-		RenewDeadline:   d.opts.RenewDeadline,
-		RetryPeriod:     d.opts.RetryPeriod,
-		ReleaseOnCancel: true,
+		Lock:          lock,
+		LeaseDuration: d.opts.LeaseDuration,
+		RenewDeadline: d.opts.RenewDeadline,
+		RetryPeriod:   d.opts.RetryPeriod,
+		// Released by release, after the workers stopped.
+		ReleaseOnCancel: false,
 		Name:            d.opts.LeaderElectionID,
 		Callbacks: leaderelection.LeaderCallbacks{
 			// The elector cancels lctx when it stops renewing.
 			OnStartedLeading: func(lctx context.Context) { leading <- lctx },
-			OnStoppedLeading: func() { klog.InfoS("Stopped leading", "identity", identity) },
+			OnStoppedLeading: func() {},
 		},
 	})
 	if err != nil {
@@ -67,25 +86,156 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 		return nil // ctx ended while standing by
 	}
 
+	ectx, stopElector := context.WithCancel(ctx)
+	defer stopElector()
 	elected := make(chan struct{})
 	go func() {
 		defer close(elected)
-		le.Run(ctx)
+		le.Run(ectx)
 	}()
+	var lctx context.Context
 	select {
 	case <-elected:
-		return nil // ctx ended before the elector's first renewal
-	case lctx := <-leading:
-		klog.InfoS("Became leader; starting workers", "identity", identity)
-		err := d.lead(lctx)
-		<-elected
-		if err != nil {
-			return err
-		}
-		if ctx.Err() == nil {
-			return errLostLeadership
-		}
+		// ctx ended before the elector's first renewal; no worker ran.
+		release(lock, d.opts.RenewDeadline)
 		return nil
+	case lctx = <-leading:
+	}
+	klog.InfoS("Became leader; starting workers", "identity", identity)
+	workers, stopWorkers := context.WithCancel(lctx)
+	go lock.stopAtDeadline(workers, renewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline), stopWorkers)
+	err = d.lead(workers)
+	stopWorkers()
+	stopElector()
+	<-elected
+	release(lock, d.opts.RenewDeadline)
+	klog.InfoS("Stopped leading", "identity", identity)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		return errLostLeadership
+	}
+	return nil
+}
+
+// renewBudget is how long after sending its last successful renewal the
+// leader may run workers. Standbys wait the leaseDurationSeconds of the
+// record, the lease duration cut to whole seconds, so the budget is cut by
+// as much, to keep the margin LeaseDuration - RenewDeadline.
+func renewBudget(leaseDuration, renewDeadline time.Duration) time.Duration {
+	budget := renewDeadline - (leaseDuration - leaseDuration.Truncate(time.Second))
+	if budget <= 0 {
+		// A lease under a second is written as 0 seconds: standbys take
+		// it at once and no budget protects anything.
+		return renewDeadline
+	}
+	return budget
+}
+
+// renewalClock is the leader's lock, noting when the last write of the
+// Lease that names this replica and succeeded was sent: the hub applied it
+// later, and standbys saw it later still, so a deadline counted from then
+// passes before theirs.
+type renewalClock struct {
+	resourcelock.Interface
+
+	mu      sync.Mutex
+	renewed time.Time
+}
+
+func (l *renewalClock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Create(ctx, r)
+	l.note(sent, r, err)
+	return err
+}
+
+func (l *renewalClock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Update(ctx, r)
+	l.note(sent, r, err)
+	return err
+}
+
+func (l *renewalClock) note(sent time.Time, r resourcelock.LeaderElectionRecord, err error) {
+	if err != nil || r.HolderIdentity != l.Identity() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sent.After(l.renewed) {
+		l.renewed = sent
+	}
+}
+
+func (l *renewalClock) lastRenewal() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
+}
+
+// stopAtDeadline calls stop once budget has passed since the last renewal
+// was sent, unless ctx ends first.
+func (l *renewalClock) stopAtDeadline(ctx context.Context, budget time.Duration, stop func()) {
+	for {
+		last := l.lastRenewal()
+		left := time.Until(last.Add(budget))
+		if left <= 0 {
+			klog.InfoS("Leader Lease not renewed within the renew deadline; stopping workers",
+				"lock", l.Describe(), "sinceLastRenewal", time.Since(last).Round(time.Millisecond), "renewDeadline", budget)
+			stop()
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// release frees the Lease for a standby to take at once, as client-go's
+// release does, but only while the Lease still names this replica: after a
+// renewal failed, another one may have taken it, and client-go's release,
+// which trusts what it last wrote, would free the new leader's Lease. The
+// Update is guarded by the resourceVersion of the Get. Call it only once
+// the workers and the elector have stopped.
+func release(lock resourcelock.Interface, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		rec, _, err := lock.Get(ctx)
+		switch {
+		case apierrors.IsNotFound(err):
+			return
+		case err != nil:
+			klog.InfoS("Could not release the leader Lease; it expires on its own", "lock", lock.Describe(), "err", err)
+			return
+		case rec.HolderIdentity != lock.Identity():
+			if rec.HolderIdentity != "" {
+				klog.InfoS("Leaving the leader Lease to the replica that took it", "lock", lock.Describe(), "leader", rec.HolderIdentity)
+			}
+			return
+		}
+		now := metav1.NewTime(time.Now())
+		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    rec.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			RenewTime:            now,
+			AcquireTime:          now,
+		})
+		switch {
+		case err == nil:
+			klog.InfoS("Released the leader Lease", "lock", lock.Describe())
+			return
+		case !apierrors.IsConflict(err):
+			klog.InfoS("Could not release the leader Lease; it expires on its own", "lock", lock.Describe(), "err", err)
+			return
+		}
+		// Conflict: a renewal of ours that we gave up on landed. Read again.
 	}
 }
 

@@ -62,11 +62,9 @@ type Cluster struct {
 	timedOut atomic.Bool
 	started  time.Time
 
-	probeNow       chan struct{} // asks for a probe now (after syncing)
-	policy         PolicyOverride
-	healthy        atomic.Bool
-	lastHealthy    atomic.Int64 // unix nanoseconds
-	unhealthySince atomic.Int64 // unix nanoseconds; 0 before the first failure
+	probeNow chan struct{} // asks for a probe now (after syncing)
+	policy   PolicyOverride
+	health   atomic.Pointer[health] // healthy until a probe says otherwise
 	// reported is why the cluster manager says the member's control plane
 	// is unhealthy (a ClusterProfile's ControlPlaneHealthy=False); "" or
 	// nil when it does not. The probe fails while it is set.
@@ -89,6 +87,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		return nil, err
 	}
 	c.informers.Store(s)
+	c.health.Store(&health{healthy: true})
 	return c, nil
 }
 

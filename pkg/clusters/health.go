@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // Per-Secret overrides of the daemon's unreachable policy, as durations
@@ -15,37 +17,62 @@ const (
 	AnnotationUnreachableWithdraw = "endpoint-aggregator.io/unreachable-withdraw"
 )
 
+// probeFailureThreshold is how many probes in a row must fail before a
+// member counts as unreachable: one lost request is not an outage, and each
+// flip of health resyncs the member's keys.
+const probeFailureThreshold = 2
+
+// health is a member's health as its probes last judged it, stored as one
+// value so that a reader never sees the state of one outage with the start
+// of another.
+type health struct {
+	healthy bool
+	since   time.Time // start of the current outage; zero while healthy
+}
+
 // probeLoop checks the member's API server every interval with a bounded
 // request, so a member that hangs (a partition, a frozen process) is noticed
 // even when it has no events to send, and a quiet member does not look dead.
 // It probes from the start: a probe that succeeds after one failed asks for
 // fresh informers (see runInformers), before the first sync as after it.
 // Health is reported once the member has synced: onChange is called when
-// health flips, and when the first probe after syncing fails.
+// health flips, and when the first probes after syncing fail. Health flips
+// to unreachable after probeFailureThreshold failures in a row, dated from
+// the first of them, and back at the first success.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	known := false   // a result was recorded since the first sync
+	known := false   // a result was reported since the first sync
 	answered := true // the previous probe succeeded (or there was none)
+	failures := 0
+	var firstFailure time.Time
 	for {
+		now := time.Now()
 		healthy := c.probe(timeout) == nil
 		if healthy && !answered {
 			c.askReconnect()
 		}
 		answered = healthy
-		if c.synced.Load() {
-			now := time.Now()
-			if healthy {
-				c.lastHealthy.Store(now.UnixNano())
+		if healthy {
+			failures = 0
+		} else {
+			if failures == 0 {
+				firstFailure = now
 			}
-			if !known || healthy != c.healthy.Load() {
-				c.healthy.Store(healthy)
-				if !healthy {
-					c.unhealthySince.Store(now.UnixNano())
+			failures++
+		}
+		if c.synced.Load() {
+			cur := c.health.Load()
+			switch {
+			case healthy && (!known || !cur.healthy):
+				c.health.Store(&health{healthy: true})
+				if known {
+					onChange(true)
 				}
-				if known || !healthy {
-					onChange(healthy)
-				}
+				known = true
+			case !healthy && failures >= probeFailureThreshold && (!known || cur.healthy):
+				c.health.Store(&health{since: firstFailure})
+				onChange(false)
 				known = true
 			}
 		}
@@ -82,10 +109,8 @@ func (c *Cluster) probe(timeout time.Duration) error {
 // UnreachableSince returns when the member stopped answering its probe, and
 // whether it is unreachable now. Before the first probe it is not.
 func (c *Cluster) UnreachableSince() (time.Time, bool) {
-	if ns := c.unhealthySince.Load(); ns != 0 && !c.healthy.Load() {
-		return time.Unix(0, ns), true
-	}
-	return time.Time{}, false
+	h := c.health.Load()
+	return h.since, !h.healthy
 }
 
 // UnreachablePolicy returns the member's unreachable policy, the Secret's
@@ -93,20 +118,12 @@ func (c *Cluster) UnreachableSince() (time.Time, bool) {
 // (if > 0) its hub endpoints are marked not ready, after withdraw (if > 0)
 // they are withdrawn; zero keeps them as last seen.
 func (c *Cluster) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
-	if c.policy.Grace != nil {
-		grace = *c.policy.Grace
-	}
-	if c.policy.Withdraw != nil {
-		withdraw = *c.policy.Withdraw
-	}
-	return grace, withdraw
+	return c.policy.Resolve(grace, withdraw)
 }
 
 // PolicyOverride holds a registration Secret's unreachable-policy
 // overrides; nil keeps the default.
-type PolicyOverride struct {
-	Grace, Withdraw *time.Duration
-}
+type PolicyOverride = lifecycle.Policy
 
 // ParsePolicyOverride reads the override annotations of a registration
 // Secret.

@@ -9,11 +9,14 @@ const (
 	stateSynced   = "synced"    // caches hold a full view
 	stateSyncing  = "syncing"   // connecting, within its sync timeout
 	stateTimedOut = "timed_out" // did not sync within its timeout; still trying
+	// stateNotConnected: registered, but its registration could not be
+	// turned into a connection; retried.
+	stateNotConnected = "not_connected"
 )
 
 var (
 	membersDesc = prometheus.NewDesc("endpoint_aggregator_member_clusters",
-		"Registered member clusters by state (synced, syncing, timed_out).", []string{"state"}, nil)
+		"Registered member clusters by state (synced, syncing, timed_out, not_connected).", []string{"state"}, nil)
 	memberReadyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_synced",
 		"1 when the member's caches have synced, 0 otherwise. One series per registered member.", []string{"cluster"}, nil)
 	memberHealthyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_healthy",
@@ -32,10 +35,12 @@ func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	counts := map[string]float64{stateSynced: 0, stateSyncing: 0, stateTimedOut: 0}
+	counts := map[string]float64{stateSynced: 0, stateSyncing: 0, stateTimedOut: 0, stateNotConnected: 0}
 	for name, m := range r.members {
 		synced := 0.0
 		switch {
+		case m.active == nil:
+			counts[stateNotConnected]++
 		case m.active.HasSynced():
 			counts[stateSynced]++
 			synced = 1
@@ -45,7 +50,7 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 			counts[stateSyncing]++
 		}
 		ch <- prometheus.MustNewConstMetric(memberReadyDesc, prometheus.GaugeValue, synced, name)
-		if m.active.HasSynced() {
+		if m.active != nil && m.active.HasSynced() {
 			healthy := 1.0
 			if _, down := m.active.UnreachableSince(); down {
 				healthy = 0

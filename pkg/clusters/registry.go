@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -29,6 +30,8 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
 	cplisters "sigs.k8s.io/cluster-inventory-api/client/listers/apis/v1alpha1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // Registration Secret contract.
@@ -118,11 +121,41 @@ type Options struct {
 
 // member is the registry's state for one cluster name.
 type member struct {
-	secret   string                  // queue key of the owning Secret or ClusterProfile
-	ref      *corev1.ObjectReference // its Event reference; nil for static members
-	active   *Cluster                // the connection the sync reads from
-	pending  *Cluster                // a rotated connection waiting to sync
+	secret string                  // queue key of the owning Secret or ClusterProfile
+	ref    *corev1.ObjectReference // its Event reference; nil for static members
+	// active is the connection the sync reads from; nil while the
+	// registration could not be turned into one (see unconnected).
+	active   *Cluster
+	pending  *Cluster // a rotated connection waiting to sync
 	timedOut bool
+	// unconnected is why a member without an active connection has none,
+	// since unconnectedSince; policy is its registration's unreachable
+	// policy, which applies meanwhile.
+	unconnected      string
+	unconnectedSince time.Time
+	policy           lifecycle.Policy
+}
+
+// state is the member's lifecycle state.
+func (m *member) state() lifecycle.State {
+	st := lifecycle.State{Phase: lifecycle.Registered, Owned: true, Policy: m.policy}
+	c := m.active
+	if c == nil {
+		st.Unreachable, st.Since, st.Reason = true, m.unconnectedSince, m.unconnected
+		return st
+	}
+	st.Phase = lifecycle.Connected
+	if c.HasSynced() {
+		st.Phase = lifecycle.Synced
+	}
+	st.Policy = c.policy
+	if since, down := c.UnreachableSince(); down {
+		st.Unreachable, st.Since, st.Reason = true, since, "does not answer its health probe"
+		if reported := c.reported.Load(); reported != nil && *reported != "" {
+			st.Reason = "is unhealthy: " + *reported
+		}
+	}
+	return st
 }
 
 // Registry runs one Cluster per registration Secret.
@@ -275,6 +308,7 @@ func (r *Registry) Run(ctx context.Context) {
 	for _, cl := range r.claims() {
 		if err := r.sync(cl.key); err != nil {
 			utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", cl.key, err))
+			r.queue.AddRateLimited(cl.key)
 		}
 	}
 	r.initialized.Store(true)
@@ -296,10 +330,17 @@ func (r *Registry) Run(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range r.members {
+		m.shutdown()
+	}
+}
+
+// shutdown stops the member's connections.
+func (m *member) shutdown() {
+	if m.active != nil {
 		m.active.shutdown()
-		if m.pending != nil {
-			m.pending.shutdown()
-		}
+	}
+	if m.pending != nil {
+		m.pending.shutdown()
 	}
 }
 
@@ -316,18 +357,32 @@ func (r *Registry) Ready() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, m := range r.members {
-		if !m.active.HasSynced() && !m.timedOut {
+		// A member without a connection holds nothing back: it waits for
+		// its registration to be fixed, not for a sync.
+		if m.active != nil && !m.active.HasSynced() && !m.timedOut {
 			return false
 		}
 	}
 	return true
 }
 
+// Lookup returns a member's lifecycle state and its active connection, nil
+// unless the state is Connected or Synced.
+func (r *Registry) Lookup(name string) (lifecycle.State, *Cluster) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	m, ok := r.members[name]
+	if !ok {
+		return lifecycle.State{}, nil
+	}
+	return m.state(), m.active
+}
+
 // Get returns the active connection of a member, or nil.
 func (r *Registry) Get(name string) *Cluster {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if m, ok := r.members[name]; ok {
+	if m, ok := r.members[name]; ok && m.active != nil {
 		return m.active
 	}
 	return nil
@@ -495,11 +550,12 @@ func (r *Registry) register(reg *registration) error {
 	r.mu.RLock()
 	m := r.members[cluster]
 	prevName, hadPrev := r.bySecret[key]
-	upToDate := m != nil && m.secret == key && (m.active.hash == reg.hash || (m.pending != nil && m.pending.hash == reg.hash))
+	upToDate := m != nil && m.secret == key && ((m.active != nil && m.active.hash == reg.hash) || (m.pending != nil && m.pending.hash == reg.hash))
 	if upToDate {
-		m.active.reportUnhealthy(reg.unhealthy)
-		if m.pending != nil {
-			m.pending.reportUnhealthy(reg.unhealthy)
+		for _, c := range []*Cluster{m.active, m.pending} {
+			if c != nil {
+				c.reportUnhealthy(reg.unhealthy)
+			}
 		}
 	}
 	r.mu.RUnlock()
@@ -507,28 +563,23 @@ func (r *Registry) register(reg *registration) error {
 		return nil
 	}
 
+	if hadPrev && prevName != cluster {
+		// The object now names another cluster: withdraw the old name.
+		r.remove(key, ref)
+		m = nil
+	}
 	cfg, err := reg.config()
 	if err != nil {
 		reason := reg.invalid
 		if isRefused(err) {
 			reason = ReasonRefusedConfig
 		}
-		if m != nil {
-			r.warn(ref, reason, "%v; keeping the previous connection to member %q", err, cluster)
-		} else {
-			r.warn(ref, reason, "%v; member %q not connected", err, cluster)
-		}
-		return nil
-	}
-	if hadPrev && prevName != cluster {
-		// The object now names another cluster: withdraw the old name.
-		r.remove(key, ref)
+		return r.unconnected(reg, m, reason, fmt.Sprintf("%v", err))
 	}
 	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
-		r.warn(ref, ReasonClientFailed, "building client for member %q: %v", cluster, err)
-		return nil
+		return r.unconnected(reg, m, ReasonClientFailed, fmt.Sprintf("building client for member %q: %v", cluster, err))
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(cluster)
 	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
@@ -540,9 +591,13 @@ func (r *Registry) register(reg *registration) error {
 
 	r.mu.Lock()
 	m = r.members[cluster]
-	if m == nil {
-		r.members[cluster] = &member{secret: key, ref: ref, active: c}
-	} else {
+	switch {
+	case m == nil:
+		r.members[cluster] = &member{secret: key, ref: ref, active: c, policy: reg.policy}
+	case m.active == nil:
+		// Registered without a connection until now: nothing to keep.
+		m.ref, m.active, m.policy, m.unconnected, m.unconnectedSince = ref, c, reg.policy, "", time.Time{}
+	default:
 		m.ref = ref
 		if m.pending != nil {
 			m.pending.shutdown()
@@ -554,6 +609,46 @@ func (r *Registry) register(reg *registration) error {
 
 	go r.run(c, ref)
 	return nil
+}
+
+// errNotConnected asks the registry's queue to retry, with backoff, a
+// registration that could not be turned into a connection.
+var errNotConnected = errors.New("member not connected")
+
+// unconnected handles a registration that could not be turned into a
+// connection. A member that has one keeps it: a broken update must not take
+// a working member down. One that has none stays registered, without a
+// connection: its hub objects are kept as the hub holds them, subject to
+// the unreachable policy, and the registration is retried with backoff.
+// Only unregistering withdraws a member.
+func (r *Registry) unconnected(reg *registration, m *member, reason, why string) error {
+	cluster, ref := reg.cluster, reg.ref
+	if m != nil && m.active != nil {
+		r.warn(ref, reason, "%s; keeping the previous connection to member %q", why, cluster)
+		return nil
+	}
+	msg := fmt.Sprintf("%s; member %q is registered but not connected: its hub objects are kept unless the unreachable policy withdraws them, and the daemon retries", why, cluster)
+	r.mu.Lock()
+	again := m != nil && m.unconnected == why
+	r.mu.Unlock()
+	if again {
+		// A retry that failed the same way: said already.
+		r.reject(ref, reason, msg)
+		klog.V(2).InfoS("Member still not connected", "cluster", cluster, "reason", reason, "message", why)
+	} else {
+		r.warn(ref, reason, "%s", msg)
+	}
+	r.mu.Lock()
+	m = r.members[cluster]
+	if m == nil {
+		m = &member{secret: reg.key, unconnectedSince: time.Now()}
+		r.members[cluster] = m
+	}
+	m.ref, m.policy, m.unconnected = ref, reg.policy, why
+	r.bySecret[reg.key] = cluster
+	r.mu.Unlock()
+	r.handler.ClusterHealthChanged(cluster, false)
+	return fmt.Errorf("%w: %s", errNotConnected, why)
 }
 
 // configure applies the daemon's client settings to a member's config.
@@ -711,10 +806,7 @@ func (r *Registry) remove(key string, ref *corev1.ObjectReference) {
 	delete(r.members, name)
 	r.mu.Unlock()
 
-	m.active.shutdown()
-	if m.pending != nil {
-		m.pending.shutdown()
-	}
+	m.shutdown()
 	if ref == nil {
 		ref = refForKey(key)
 	}
@@ -811,12 +903,17 @@ func (r *Registry) eventf(ref *corev1.ObjectReference, eventType, reason, format
 // starts leading.
 func (r *Registry) warn(ref *corev1.ObjectReference, reason, format string, args ...interface{}) {
 	msg := fmt.Sprintf(format, args...)
-	r.mu.Lock()
-	k := refKey(ref)
-	r.rejections[k] = append(r.rejections[k], rejection{ref: ref, reason: reason, message: msg})
-	r.mu.Unlock()
+	r.reject(ref, reason, msg)
 	r.eventf(ref, corev1.EventTypeWarning, reason, "%s", msg)
 	klog.InfoS("Member registration rejected", "kind", ref.Kind, "object", klog.KRef(ref.Namespace, ref.Name), "reason", reason, "message", msg)
+}
+
+// reject records a warning about a registration for ReportState.
+func (r *Registry) reject(ref *corev1.ObjectReference, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refKey(ref)
+	r.rejections[k] = append(r.rejections[k], rejection{ref: ref, reason: reason, message: msg})
 }
 
 // ReportState records, once, the state of every registration as this
@@ -844,6 +941,9 @@ func (r *Registry) ReportState() {
 			continue
 		}
 		c := m.active
+		if c == nil {
+			continue // its registration's warnings follow
+		}
 		switch {
 		case c.HasSynced():
 			out = append(out, event{m.ref, corev1.EventTypeNormal, ReasonConnected,

@@ -2,9 +2,11 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	stdsync "sync"
 	"sync/atomic"
@@ -19,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 const ns = "endpoint-aggregator"
@@ -197,8 +201,19 @@ func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
 	if c := r.Get("dup"); c.secret != ns+"/older" {
 		t.Errorf("cluster dup registered by %s, want the older Secret", c.secret)
 	}
-	if names := r.Names(); len(names) != 1 {
-		t.Errorf("registered %v, want only dup", names)
+	// A Secret whose kubeconfig is broken or refused still registers its
+	// member, without a connection: only unregistering withdraws.
+	if names := r.Names(); !slices.Equal(names, []string{"dup", "exec", "garbage"}) {
+		t.Errorf("registered %v, want [dup exec garbage]", names)
+	}
+	for _, name := range []string{"exec", "garbage"} {
+		st, c := r.Lookup(name)
+		if st.Phase != lifecycle.Registered || !st.Unreachable || st.Reason == "" || st.Since.IsZero() || c != nil {
+			t.Errorf("%s: state %+v, connection %v; want registered, unreachable with a reason, no connection", name, st, c)
+		}
+	}
+	if st, _ := r.Lookup("Not_A_Label"); st.Registered() {
+		t.Errorf("an invalid cluster name is registered: %+v", st)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the exec plugin of a refused kubeconfig ran")
@@ -272,5 +287,50 @@ func TestRegistryOfAStandbyRecordsNoEventsUntilItLeads(t *testing.T) {
 	waitUntil(t, func() bool { return len(rec.Events) > 0 })
 	if got := events(rec); len(got) != 1 || !strings.Contains(got[0], ReasonMemberRemoved) {
 		t.Errorf("after deleting east: %q, want one %s", got, ReasonMemberRemoved)
+	}
+}
+
+// A registration that cannot be turned into a connection when the registry
+// starts (as after a failover or rollout) keeps its member registered and
+// unreachable, is retried with backoff, and connects once it can; its Event
+// is recorded once, not once per retry.
+func TestRegistryRetriesAMemberThatCannotConnect(t *testing.T) {
+	var calls atomic.Int32
+	r, _, h, rec := startRegistryWith(t, Options{
+		SyncTimeout: 5 * time.Second,
+		NewClients: func(*rest.Config) (Clients, error) {
+			if calls.Add(1) <= 3 {
+				return Clients{}, errors.New("credential plugin not ready")
+			}
+			return Clients{Kube: kubefake.NewClientset()}, nil
+		},
+	}, secret("east", "", tokenKubeconfig, time.Hour))
+
+	st, c := r.Lookup("east")
+	if st.Phase != lifecycle.Registered || !st.Unreachable || c != nil || !strings.Contains(st.Reason, "credential plugin not ready") {
+		t.Fatalf("after start: state %+v, connection %v; want registered, unreachable, not connected", st, c)
+	}
+	if !slices.Contains(r.Names(), "east") {
+		t.Fatalf("Names() = %v: a registered member that cannot connect must be listed", r.Names())
+	}
+	if !r.Ready() {
+		t.Error("a member that cannot connect holds readiness back")
+	}
+	waitUntil(t, func() bool { st, _ := r.Lookup("east"); return st.Phase == lifecycle.Synced })
+	if st, _ := r.Lookup("east"); st.Unreachable {
+		t.Errorf("connected member still unreachable: %+v", st)
+	}
+	if _, removed := h.snapshot(); len(removed) != 0 {
+		t.Errorf("ClusterRemoved(%v) for a member that was registered throughout", removed)
+	}
+	got := events(rec)
+	failed := 0
+	for _, e := range got {
+		if strings.Contains(e, ReasonClientFailed) {
+			failed++
+		}
+	}
+	if failed != 1 || !strings.Contains(strings.Join(got, "\n"), ReasonConnected) {
+		t.Errorf("Events %q: want one %s and a %s", got, ReasonClientFailed, ReasonConnected)
 	}
 }

@@ -88,6 +88,10 @@ type Report struct {
 	Import  *ImportRow  `json:"import,omitempty"`
 	// ImportMissing says why there is no import, when there is none.
 	ImportMissing string `json:"importMissing,omitempty"`
+	// UnreadableRecords names the members whose export record in the hub
+	// cannot be read ("cluster: error"): the daemon's merge waits for
+	// their syncs to rewrite them, and the import does not change until then.
+	UnreadableRecords []string `json:"unreadableRecords,omitempty"`
 }
 
 // MemberRow is one member's line.
@@ -128,7 +132,8 @@ type ImportRow struct {
 // Build explains in.
 func Build(in Input) Report {
 	r := Report{Service: in.Namespace + "/" + in.Name}
-	exports, records := recordedExports(in)
+	exports, records, unreadable := recordedExports(in)
+	r.UnreadableRecords = unreadable
 	var merged *endpoints.ImportResult
 	if len(exports) > 0 {
 		res := endpoints.MergeImport(in.Namespace, in.Name, exports)
@@ -142,15 +147,16 @@ func Build(in Input) Report {
 	if in.Import != nil {
 		r.Import = importRow(in.Import, in.Derived)
 	} else {
-		r.ImportMissing = importMissing(in, len(exports))
+		r.ImportMissing = importMissing(in, len(exports), len(unreadable))
 	}
 	return r
 }
 
 // recordedExports parses the export records the hub holds per member, as
-// the daemon's merge reads them.
-func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export) {
+// the daemon's merge reads them, and says which cannot be read.
+func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export, []string) {
 	var out []endpoints.Export
+	var unreadable []string
 	for _, m := range in.Members {
 		digests := make([]*endpoints.SliceDigest, len(m.HubSlices))
 		for i, s := range m.HubSlices {
@@ -160,15 +166,18 @@ func recordedExports(in Input) ([]endpoints.Export, map[string]*endpoints.Export
 		if !ok {
 			continue
 		}
-		if e, err := endpoints.ParseExportRecord(m.Name, in.Namespace, in.Name, rec); err == nil {
-			out = append(out, e)
+		e, err := endpoints.ParseExportRecord(m.Name, in.Namespace, in.Name, rec)
+		if err != nil {
+			unreadable = append(unreadable, m.Name+": "+err.Error())
+			continue
 		}
+		out = append(out, e)
 	}
 	byCluster := map[string]*endpoints.Export{}
 	for i := range out {
 		byCluster[out[i].Cluster] = &out[i]
 	}
-	return out, byCluster
+	return out, byCluster, unreadable
 }
 
 func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult) MemberRow {
@@ -518,8 +527,10 @@ func importRow(imp *mcsv1beta1.ServiceImport, derived *corev1.Service) *ImportRo
 }
 
 // importMissing says why there is no ServiceImport.
-func importMissing(in Input, records int) string {
+func importMissing(in Input, records, unreadable int) string {
 	switch {
+	case unreadable > 0:
+		return "the daemon's merge waits: an export record in the hub cannot be read (see below)"
 	case !in.Policy.Export.NamespaceSelected(in.Namespace):
 		return "the namespace is not exported"
 	case !in.HubNamespace && !in.Policy.CreateNamespaces:

@@ -35,9 +35,18 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		c.waitFor(key, waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
 		return nil
 	}
-	exports, complete, err := c.readExports(key)
-	if err != nil || !complete {
+	exports, unreadable, err := c.readExports(key)
+	if err != nil {
 		return err
+	}
+	if len(unreadable) > 0 {
+		// The merge would lose these members: it waits for their syncs,
+		// queued here, to rewrite the records; each rewrite queues this key.
+		for _, src := range unreadable {
+			c.metrics.UnreadableRecords.Inc()
+			c.follow(key, src)
+		}
+		return nil
 	}
 	var want *endpoints.ImportResult
 	if len(exports) > 0 {
@@ -75,20 +84,18 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 }
 
 // readExports returns the exports of a clusterset key's service as the hub
-// records them, one per registered member that has slices for it.
-// complete is false when a member's slices carry no readable record (written
-// by an older version, or edited by someone): the merge would lose that
-// member, so nothing is written; the member's sync rewrites the record and
-// queues the key.
-func (c *Controller) readExports(key Key) (exports []endpoints.Export, complete bool, err error) {
+// records them, one per registered member that has slices for it, and the
+// member keys whose slices carry a record that cannot be read (written by
+// an older version, or edited by someone).
+func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadable []Key, err error) {
 	for _, name := range c.members.Names() {
-		if c.members.Member(name) == nil {
-			continue
+		if st, _ := c.members.Lookup(name); !st.Registered() {
+			continue // unregistered since Names
 		}
 		src := Key{Cluster: name, Namespace: key.Namespace, Name: key.Name}
 		hubSlices, err := c.hubSlices(src)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 		record, ok := endpoints.SourceRecord(key.Namespace, key.Name, name, hubSlices)
 		if !ok {
@@ -97,11 +104,12 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, complete 
 		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
 		if err != nil {
 			klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "key", src.String(), "err", err)
-			return nil, false, nil
+			unreadable = append(unreadable, src)
+			continue
 		}
 		exports = append(exports, e)
 	}
-	return exports, true, nil
+	return exports, unreadable, nil
 }
 
 // queueExportStatuses queues the member keys of the clusters a ServiceImport

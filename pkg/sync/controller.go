@@ -21,12 +21,14 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // Member is the read side of one member cluster, as the controller sees it.
@@ -38,12 +40,6 @@ type Member interface {
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
 	// ServiceExport returns the member's ServiceExport, or nil.
 	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
-	// UnreachableSince returns when the member stopped answering its health
-	// probe, and whether it is unreachable now.
-	UnreachableSince() (time.Time, bool)
-	// UnreachablePolicy applies the member's overrides to the daemon's
-	// grace and withdraw durations.
-	UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration)
 	// PatchServiceExportConditions replaces the conditions of a member's
 	// ServiceExport, provided it is still at the cached resourceVersion.
 	PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error
@@ -51,9 +47,11 @@ type Member interface {
 
 // Members is the dynamic set of members.
 type Members interface {
-	// Member returns a registered member, or nil.
-	Member(name string) Member
-	// Names lists the registered members.
+	// Lookup returns a member's lifecycle state, and its read side once
+	// it is Connected or Synced (nil before). Whether a member is gone is
+	// decided by the state, never by a nil read side.
+	Lookup(name string) (lifecycle.State, Member)
+	// Names lists the registered members, connected or not.
 	Names() []string
 	// SecretsSynced reports whether the registrations are fully known, so
 	// that a name not registered is really gone.
@@ -78,6 +76,8 @@ type Options struct {
 	WriteExportStatus bool
 	Recorder          record.EventRecorder
 	Metrics           *Metrics
+	// Clock times the unreachable policy; nil is the real clock.
+	Clock clock.WithDelayedExecution
 }
 
 // Hub informer indexes.
@@ -119,6 +119,8 @@ type Controller struct {
 	waits *waits
 	// taken holds the names objects not ours were found to hold.
 	taken taken
+	// policy times the steps of unreachable members' policies.
+	policy *policyTimers
 
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})
@@ -170,6 +172,9 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if opts.Recorder == nil {
 		opts.Recorder = &record.FakeRecorder{}
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	lanes := newLanes()
 	c := &Controller{
 		opts:     opts,
@@ -197,6 +202,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		stopped:    make(chan struct{}),
 		retrying:   map[Key]struct{}{},
 		coalescing: map[Key]struct{}{},
+		policy:     newPolicyTimers(opts.Clock),
 
 		endpointCounts: map[Key]int{},
 		startTime:      time.Now(),
@@ -291,6 +297,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	defer c.stopOnce.Do(func() { close(c.stopped) })
+	defer c.policy.stopAll()
 	c.StartInformers(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), c.HubSynced) {
 		return errors.New("hub caches did not sync")
@@ -354,6 +361,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	c.inFlight++
 	delete(c.coalescing, key)
 	c.retryingMu.Unlock()
+	// What the key waited for is asked again by its sync.
+	c.waits.drop(key)
 	defer func() {
 		c.retryingMu.Lock()
 		c.inFlight--

@@ -15,6 +15,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // simMember is a member cluster of the order explorer: its API server's
@@ -156,9 +158,11 @@ func (m *simMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
 	return nil
 }
 
-func (m *simMember) UnreachableSince() (time.Time, bool) { return time.Time{}, false }
-func (m *simMember) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
-	return grace, withdraw
+func (m *simMember) state() lifecycle.State {
+	if m.listed {
+		return lifecycle.State{Phase: lifecycle.Synced, Owned: true}
+	}
+	return lifecycle.State{Phase: lifecycle.Connected, Owned: true}
 }
 
 // PatchServiceExportConditions writes the conditions to the member's

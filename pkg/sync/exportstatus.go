@@ -11,6 +11,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // writesExportStatus reports whether ServiceExport conditions are written
@@ -25,15 +26,12 @@ func (c *Controller) writesExportStatus() bool {
 // skipped, so a worker never waits on it: its recovery queues its keys
 // again. A clusterset sync that changes what the import says of the
 // exports queues the keys of its clusters (queueExportStatuses).
-func (c *Controller) syncExportStatus(ctx context.Context, key Key, m Member, svc *corev1.Service) error {
-	if m == nil || !c.writesExportStatus() {
+func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle.State, m Member, svc *corev1.Service) error {
+	if m == nil || st.Unreachable || !c.writesExportStatus() {
 		return nil
 	}
 	se := m.ServiceExport(key.Namespace, key.Name)
 	if se == nil {
-		return nil
-	}
-	if _, down := m.UnreachableSince(); down {
 		return nil
 	}
 	imp, err := c.liveImport(key.Namespace, key.Name)

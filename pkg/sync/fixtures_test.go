@@ -23,6 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // fakeMember is a member whose caches the test fills directly.
@@ -47,11 +49,15 @@ func newFakeMember() *fakeMember {
 
 func (m *fakeMember) HasSynced() bool    { return m.synced }
 func (m *fakeMember) SyncTimedOut() bool { return !m.synced }
-func (m *fakeMember) UnreachableSince() (time.Time, bool) {
-	return m.downSince, !m.downSince.IsZero()
-}
-func (m *fakeMember) UnreachablePolicy(grace, withdraw time.Duration) (time.Duration, time.Duration) {
-	return grace, withdraw
+func (m *fakeMember) state() lifecycle.State {
+	st := lifecycle.State{Phase: lifecycle.Connected, Owned: true}
+	if m.synced {
+		st.Phase = lifecycle.Synced
+	}
+	if !m.downSince.IsZero() {
+		st.Unreachable, st.Since = true, m.downSince
+	}
+	return st
 }
 func (m *fakeMember) ServiceLister() corelisters.ServiceLister {
 	return corelisters.NewServiceLister(m.services)
@@ -76,22 +82,36 @@ func (m *fakeMember) PatchServiceExportConditions(_ context.Context, se *mcsv1be
 	return nil
 }
 
-// memberSet is a member registry of test members.
-type memberSet[M Member] struct {
-	members map[string]M
-	synced  bool
+// testMember is a test member that knows its lifecycle state.
+type testMember interface {
+	Member
+	state() lifecycle.State
 }
 
-func (s *memberSet[M]) Member(name string) Member {
+// memberSet is a member registry of test members. unconnected holds the
+// members registered without a connection.
+type memberSet[M testMember] struct {
+	members     map[string]M
+	unconnected map[string]lifecycle.State
+	synced      bool
+}
+
+func (s *memberSet[M]) Lookup(name string) (lifecycle.State, Member) {
 	if m, ok := s.members[name]; ok {
-		return m
+		return m.state(), m
 	}
-	return nil
+	if st, ok := s.unconnected[name]; ok {
+		return st, nil
+	}
+	return lifecycle.State{}, nil
 }
 
 func (s *memberSet[M]) Names() []string {
-	out := make([]string, 0, len(s.members))
+	out := make([]string, 0, len(s.members)+len(s.unconnected))
 	for n := range s.members {
+		out = append(out, n)
+	}
+	for n := range s.unconnected {
 		out = append(out, n)
 	}
 	sort.Strings(out)
@@ -136,6 +156,9 @@ func newFixture(t *testing.T, opts Options, hubObjects []runtime.Object, importO
 	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HubSynced) {
 		t.Fatal("hub caches did not sync")
 	}
+	// The test syncs keys itself, as the workers of a running controller
+	// would: its events are queued as a running controller queues them.
+	ctrl.startedOnce.Do(func() { close(ctrl.started) })
 	return f
 }
 

@@ -10,11 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // Event handlers only map objects to keys. They never write and never block.
@@ -64,65 +66,76 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 // affect: each of its services, and each hub object sourced from it, which
 // garbage collects what it no longer has.
 func (c *Controller) ClusterSynced(cluster string) {
-	m := c.members.Member(cluster)
-	if m == nil {
-		return
-	}
-	svcs, err := m.ServiceLister().List(labels.Everything())
-	if err == nil {
+	c.resyncMember(cluster)
+}
+
+// resyncMember queues every key of a member: each service of its caches,
+// once it has synced, and each hub object sourced from it. It wakes what
+// waited for the member.
+func (c *Controller) resyncMember(cluster string) {
+	st, m := c.members.Lookup(cluster)
+	services := 0
+	if m != nil && st.Phase == lifecycle.Synced {
+		svcs, err := m.ServiceLister().List(labels.Everything())
+		if err != nil {
+			// Listing a cache fails only on a broken selector; the hub's
+			// objects below are queued all the same.
+			utilruntime.HandleError(fmt.Errorf("listing the Services of member %q: %w", cluster, err))
+		}
 		for _, s := range svcs {
 			if !c.opts.Export.NamespaceSelected(s.Namespace) {
 				continue
 			}
 			c.add(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, true)
 		}
+		services = len(svcs)
 	}
 	c.enqueueClusterObjects(cluster)
 	c.wakeMember(cluster)
-	klog.V(2).InfoS("Queued member after sync", "cluster", cluster, "services", len(svcs))
+	klog.V(2).InfoS("Queued member", "cluster", cluster, "phase", st.Phase.String(), "services", services)
 }
 
-// ClusterHealthChanged re-syncs a member when it recovers, and schedules its
-// keys for the moments its unreachable policy takes effect when it fails.
+// ClusterHealthChanged re-syncs a member when it recovers. When it fails,
+// it sets the member's one policy timer to the moment the next step of its
+// unreachable policy takes effect; that step resyncs the member and sets
+// the timer to the step after it. A recovery stops the timer.
 func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 	if healthy {
-		c.ClusterSynced(cluster)
+		c.policy.stop(cluster)
+		c.resyncMember(cluster)
 		return
 	}
-	m := c.members.Member(cluster)
-	if m == nil {
-		return
-	}
-	grace, withdraw := m.UnreachablePolicy(c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
-	for _, d := range []time.Duration{grace, withdraw} {
-		if d <= 0 {
-			continue
-		}
-		go func() {
-			t := time.NewTimer(d + 100*time.Millisecond)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				c.ClusterSynced(cluster)
-			case <-c.stopped:
-			}
-		}()
-	}
+	c.schedulePolicy(cluster)
+}
+
+// schedulePolicy sets the member's policy timer to its next step.
+func (c *Controller) schedulePolicy(cluster string) {
+	st, _ := c.members.Lookup(cluster)
+	_, next := st.UnreachableStep(c.opts.Clock.Now(), c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
+	c.policy.set(cluster, next, func() {
+		c.resyncMember(cluster)
+		c.schedulePolicy(cluster)
+	})
 }
 
 // ClusterRemoved queues every hub object sourced from a removed member, which
 // withdraws them, and the merged objects it contributed to: they drop it at
 // once, as they merge only registered members.
 func (c *Controller) ClusterRemoved(cluster string) {
+	c.policy.stop(cluster)
 	c.enqueueClusterObjects(cluster)
 	c.enqueueImportsOf(cluster)
 	c.wakeMember(cluster)
+	c.waits.dropCluster(cluster)
 }
 
 // enqueueImportsOf queues the clusterset key of every ServiceImport that
 // lists cluster in its status, as cached or as we last wrote it.
 func (c *Controller) enqueueImportsOf(cluster string) {
-	objs, _ := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
+	objs, err := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
+	if err != nil {
+		utilruntime.HandleError(fmt.Errorf("listing the ServiceImports of cluster %q: %w", cluster, err))
+	}
 	for _, o := range c.written.objects(resourceServiceImport) {
 		if keys, _ := importClusterIndex(o); slices.Contains(keys, cluster) {
 			objs = append(objs, o)
@@ -146,6 +159,8 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
 		if err != nil {
+			// Only an index that does not exist fails, a bug: say so.
+			utilruntime.HandleError(fmt.Errorf("listing the hub objects of cluster %q: %w", cluster, err))
 			continue
 		}
 		for _, o := range objs {
@@ -330,13 +345,15 @@ func changeHandler(f func(obj interface{}, initialList, gone bool)) cache.Resour
 
 // add queues key in the bulk lane or the live one, in its member's turn.
 func (c *Controller) add(key Key, bulk bool) {
-	c.lanes.mark(key, bulk, key.Cluster)
-	c.queue.Add(key)
+	c.addFor(key.Cluster, key, bulk)
 }
 
-// addFor queues a clusterset key in the turn of the member that changed.
+// addFor queues a key in the turn of cluster, the member that changed.
+// Until Run starts the workers every key goes in bulk: a standby queues
+// the leader's writes as it sees them, and at its takeover a real change
+// must not wait behind them.
 func (c *Controller) addFor(cluster string, key Key, bulk bool) {
-	c.lanes.mark(key, bulk, cluster)
+	c.lanes.mark(key, bulk || !c.HasStarted(), cluster)
 	c.queue.Add(key)
 }
 
@@ -361,11 +378,12 @@ func (c *Controller) wakeMember(cluster string) {
 	c.wake(waitMemberSynced(cluster), true)
 }
 
-// memberSynced reports whether a member has synced; a member no longer
-// registered counts as synced, so what waited for it withdraws its objects.
+// memberSynced reports whether what waits for a member's sync may go on:
+// it synced, it is no longer registered (its objects are withdrawn), or the
+// unreachable policy withdraws it.
 func (c *Controller) memberSynced(cluster string) bool {
-	m := c.members.Member(cluster)
-	return m == nil || m.HasSynced()
+	st, _ := c.members.Lookup(cluster)
+	return st.Phase == lifecycle.Synced || !st.Registered() || c.unreachableStep(st) == lifecycle.Withdraw
 }
 
 // follow queues key, found by the sync of from, in from's lane: work that a

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 const (
@@ -57,11 +58,7 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 				case <-pace.C:
 				}
 			}
-			m := c.members.Member(name)
-			if m == nil || !m.HasSynced() {
-				continue
-			}
-			if _, down := m.UnreachableSince(); down {
+			if st, _ := c.members.Lookup(name); st.Phase != lifecycle.Synced || st.Unreachable {
 				continue // not renewed: the Lease expires on its own
 			}
 			if l, err := c.renewLease(ctx, name, known[name]); err != nil {

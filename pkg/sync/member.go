@@ -11,29 +11,33 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // syncMemberService writes the hub objects sourced from one member service:
 // its MCS EndpointSlices, which also record its export for the merge (see
 // endpoints.ExportRecord), and its per-cluster Service and Endpoints. With
-// the service gone, unexported or its member unregistered, it withdraws
-// them. A changed record queues the clusterset key, which merges the
-// records; the member's ServiceExport conditions follow the merged import.
+// the service gone, unexported, its member unregistered or withdrawn by the
+// unreachable policy, it withdraws them. A registered member without a full
+// view (not connected, or not synced) keeps what the hub holds. A changed
+// record queues the clusterset key, which merges the records; the member's
+// ServiceExport conditions follow the merged import.
 func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
-	m := c.members.Member(key.Cluster)
-	switch {
-	case m != nil && !m.HasSynced():
-		c.waitFor(key, waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
-		return nil
-	case m == nil && !c.members.SecretsSynced():
+	st, m := c.members.Lookup(key.Cluster)
+	if !st.Registered() && !c.members.SecretsSynced() {
 		// The member may yet be registered.
 		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
+		return nil
+	}
+	step := c.unreachableStep(st)
+	if st.Registered() && st.Phase != lifecycle.Synced && step != lifecycle.Withdraw {
+		c.waitFor(key, waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
 		return nil
 	}
 
 	var src *endpoints.Source
 	var svc *corev1.Service
-	if m != nil {
+	if st.Phase == lifecycle.Synced && step != lifecycle.Withdraw {
 		var err error
 		svc, err = m.ServiceLister().Services(key.Namespace).Get(key.Name)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -53,7 +57,10 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 				klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", dropped)
 			}
 			clean.Record = endpoints.ExportRecord(e)
-			src = c.applyUnreachablePolicy(m, &clean)
+			if step == lifecycle.MarkNotReady {
+				clean = endpoints.MarkNotReady(clean)
+			}
+			src = &clean
 		}
 	}
 	if src != nil {
@@ -61,7 +68,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 			if err != nil {
 				return err
 			}
-			return c.syncExportStatus(ctx, key, m, svc)
+			return c.syncExportStatus(ctx, key, st, m, svc)
 		}
 	}
 
@@ -82,7 +89,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 		c.observePropagation(src.Slices)
 	}
 	c.recordEndpoints(key, countEndpoints(src))
-	statusErr := c.syncExportStatus(ctx, key, m, svc)
+	statusErr := c.syncExportStatus(ctx, key, st, m, svc)
 	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
 		return c.conflict(resourceService, holder, key)
 	}
@@ -148,23 +155,9 @@ func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error)
 	return true, nil
 }
 
-// applyUnreachablePolicy returns src as the hub should show it while its
-// member is unreachable: unchanged (the default: last-known endpoints), with
-// every endpoint not ready after the grace period, or nil (withdrawn) after
-// the withdraw period.
-func (c *Controller) applyUnreachablePolicy(m Member, src *endpoints.Source) *endpoints.Source {
-	since, down := m.UnreachableSince()
-	if !down {
-		return src
-	}
-	grace, withdraw := m.UnreachablePolicy(c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
-	age := time.Since(since)
-	switch {
-	case withdraw > 0 && age >= withdraw:
-		return nil
-	case grace > 0 && age >= grace:
-		marked := endpoints.MarkNotReady(*src)
-		return &marked
-	}
-	return src
+// unreachableStep is the step of the unreachable policy that applies to a
+// member now (see lifecycle.State.UnreachableStep).
+func (c *Controller) unreachableStep(st lifecycle.State) lifecycle.Step {
+	step, _ := st.UnreachableStep(c.opts.Clock.Now(), c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
+	return step
 }

@@ -56,6 +56,10 @@ type Metrics struct {
 	// InvalidEndpoints counts member endpoints dropped because the hub would
 	// reject them (bad address, hostname, ports, or over the slice limit).
 	InvalidEndpoints prometheus.Counter
+	// UnreadableRecords counts merges that found an export record they
+	// could not read on a member's hub slices: the merge waits for that
+	// member's sync, which it queues, to rewrite the record.
+	UnreadableRecords prometheus.Counter
 	// Propagation observes the time from a member EndpointSlice change
 	// (its endpoints.kubernetes.io/last-change-trigger-time) to the hub
 	// write that carries it.
@@ -95,6 +99,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "invalid_member_endpoints_total",
 			Help: "Member endpoints not aggregated because the hub's API server would reject them.",
 		}),
+		UnreadableRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "unreadable_export_records_total",
+			Help: "Export records on hub slices that a ServiceImport merge could not read; the merge waits for the member's sync to rewrite them.",
+		}),
 		Propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "endpoint_propagation_seconds",
 			Help:    "Time from a member EndpointSlice change (its last-change-trigger-time annotation) to the hub write carrying it.",
@@ -110,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.InvalidEndpoints, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.InvalidEndpoints, m.UnreadableRecords, m.Propagation)
 	}
 	return m
 }

@@ -35,13 +35,20 @@ func waitRegistrations() condition              { return condition{kind: registr
 func waitNamespace(ns string) condition         { return condition{hubNamespace, ns} }
 func waitSourcesSwept(key Key) condition        { return condition{sourcesSwept, key.String()} }
 
-// waits records which keys wait for which conditions.
+// waits records which keys wait for which conditions. A key waits only
+// for what its last sync found missing: each sync drops the key's waits
+// first (drop), and so does the removal of its member (dropCluster), so
+// the record stays as small as the set of keys that wait now.
 type waits struct {
 	mu   stdsync.Mutex
 	keys map[condition]sets.Set[Key]
+	// of is the reverse index: the conditions each key waits for.
+	of map[Key]sets.Set[condition]
 }
 
-func newWaits() *waits { return &waits{keys: map[condition]sets.Set[Key]{}} }
+func newWaits() *waits {
+	return &waits{keys: map[condition]sets.Set[Key]{}, of: map[Key]sets.Set[condition]{}}
+}
 
 func (w *waits) add(c condition, key Key) {
 	w.mu.Lock()
@@ -50,6 +57,10 @@ func (w *waits) add(c condition, key Key) {
 		w.keys[c] = sets.New[Key]()
 	}
 	w.keys[c].Insert(key)
+	if w.of[key] == nil {
+		w.of[key] = sets.New[condition]()
+	}
+	w.of[key].Insert(c)
 }
 
 // take returns and forgets the keys waiting for c.
@@ -58,7 +69,45 @@ func (w *waits) take(c condition) []Key {
 	defer w.mu.Unlock()
 	keys := w.keys[c].UnsortedList()
 	delete(w.keys, c)
+	for _, k := range keys {
+		w.forget(k, c)
+	}
 	return keys
+}
+
+// drop forgets what key waits for.
+func (w *waits) drop(key Key) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for c := range w.of[key] {
+		w.keys[c].Delete(key)
+		if w.keys[c].Len() == 0 {
+			delete(w.keys, c)
+		}
+	}
+	delete(w.of, key)
+}
+
+// dropCluster forgets what the keys of a removed member wait for.
+func (w *waits) dropCluster(cluster string) {
+	w.mu.Lock()
+	keys := make([]Key, 0)
+	for k := range w.of {
+		if k.Cluster == cluster {
+			keys = append(keys, k)
+		}
+	}
+	w.mu.Unlock()
+	for _, k := range keys {
+		w.drop(k)
+	}
+}
+
+func (w *waits) forget(key Key, c condition) {
+	w.of[key].Delete(c)
+	if w.of[key].Len() == 0 {
+		delete(w.of, key)
+	}
 }
 
 // len is the number of keys waiting, for the metrics.

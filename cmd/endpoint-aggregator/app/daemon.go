@@ -27,6 +27,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -267,11 +268,12 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 // memberSet adapts the registry to the controller's Members interface.
 type memberSet struct{ registry *clusters.Registry }
 
-func (m *memberSet) Member(name string) easync.Member {
-	if c := m.registry.Get(name); c != nil {
-		return c
+func (m *memberSet) Lookup(name string) (lifecycle.State, easync.Member) {
+	st, c := m.registry.Lookup(name)
+	if c == nil {
+		return st, nil // an untyped nil, never a nil *Cluster
 	}
-	return nil // an untyped nil, never a nil *Cluster
+	return st, c
 }
 
 func (m *memberSet) Names() []string     { return m.registry.Names() }

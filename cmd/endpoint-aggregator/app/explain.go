@@ -432,6 +432,9 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 	} else {
 		fmt.Fprintf(w, "ServiceImport %s: none (%s)\n", r.Service, r.ImportMissing)
 	}
+	for _, u := range r.UnreadableRecords {
+		fmt.Fprintf(w, "  unreadable export record, the merge waits for its member's sync to rewrite it: %s\n", u)
+	}
 	fmt.Fprintln(w, "\nVerdicts:")
 	for _, m := range r.Members {
 		fmt.Fprintf(w, "  %s: %s\n", m.Cluster, m.Verdict)

@@ -1,0 +1,187 @@
+package sync
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
+)
+
+// disconnect turns a fixture member into one that is registered but has
+// no connection (its registration cannot be turned into one), since since.
+func (f *fixture) disconnect(name string, since time.Time) {
+	delete(f.members.members, name)
+	if f.members.unconnected == nil {
+		f.members.unconnected = map[string]lifecycle.State{}
+	}
+	f.members.unconnected[name] = lifecycle.State{Phase: lifecycle.Registered, Owned: true, Unreachable: true, Since: since, Reason: "kubeconfig does not parse"}
+}
+
+// drain works off the queue as the workers would, until nothing is
+// pending.
+func (f *fixture) drain() {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.ctrl.Pending() > 0 {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%d keys still pending after 10s", f.ctrl.Pending())
+		}
+		if f.ctrl.queue.Len() == 0 {
+			time.Sleep(5 * time.Millisecond) // a delayed add
+			continue
+		}
+		f.ctrl.processNext(f.ctx)
+		f.settle()
+	}
+}
+
+func (f *fixture) importClusters() []string {
+	f.t.Helper()
+	imp, err := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, c := range imp.Status.Clusters {
+		out = append(out, c.Cluster)
+	}
+	return out
+}
+
+// A member that is registered but cannot be connected (as after a failover
+// whose Secret no longer parses) is not gone: its hub objects and its place
+// in the ServiceImport stay, until the unreachable policy withdraws them,
+// timed by the member's one policy timer.
+func TestRegisteredMemberWithoutConnectionIsKeptUntilThePolicyWithdrawsIt(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFixture(t, Options{UnreachableWithdraw: time.Hour, Clock: clk}, nil, nil)
+	for _, name := range []string{"c1", "c2"} {
+		m := f.member(name)
+		_ = m.services.Add(service("shop", "cart"))
+		m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-"+name, 0, 2, true)}
+		f.sync(Key{Cluster: name, Namespace: "shop", Name: "cart"})
+	}
+	f.sync(cartC1.ClusterSet())
+	if got := f.importClusters(); len(got) != 2 {
+		t.Fatalf("import clusters %v, want c1 and c2", got)
+	}
+
+	f.disconnect("c1", clk.Now())
+	f.ctrl.ClusterHealthChanged("c1", false)
+	f.resetActions()
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("a registered member without a connection had its hub objects rewritten: %q", got)
+	}
+	if got := f.importClusters(); len(got) != 2 {
+		t.Fatalf("import clusters %v after c1 lost its connection, want c1 and c2 still", got)
+	}
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{}); err != nil {
+		t.Fatalf("c1's slice: %v", err)
+	}
+	if n := f.ctrl.policy.len(); n != 1 {
+		t.Fatalf("%d policy timers, want 1 for c1", n)
+	}
+
+	// The withdraw period passes: the timer queues c1's keys, whose sync
+	// withdraws them.
+	queued := f.ctrl.queue.Len()
+	clk.Step(time.Hour + time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for f.ctrl.queue.Len() == queued && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if f.ctrl.queue.Len() == queued {
+		t.Fatal("the withdraw step queued nothing")
+	}
+	f.drain()
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{}); err == nil {
+		t.Fatal("c1's slice is still there after the withdraw period")
+	}
+	if got := f.importClusters(); len(got) != 1 || got[0] != "c2" {
+		t.Fatalf("import clusters %v after the withdraw period, want only c2", got)
+	}
+	if n := f.ctrl.policy.len(); n != 0 {
+		t.Errorf("%d policy timers after the last step, want 0", n)
+	}
+}
+
+// A member whose health flaps holds one policy timer at most, and none once
+// it answers again; no goroutine is left per flip.
+func TestHealthFlappingHoldsOnePolicyTimer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFixture(t, Options{UnreachableGrace: time.Minute, UnreachableWithdraw: time.Hour, Clock: clk}, nil, nil)
+	m := f.member("c1")
+	before := runtime.NumGoroutine()
+	for i := 0; i < 200; i++ {
+		m.downSince = clk.Now()
+		f.ctrl.ClusterHealthChanged("c1", false)
+		if n := f.ctrl.policy.len(); n != 1 {
+			t.Fatalf("flip %d: %d policy timers, want 1", i, n)
+		}
+		m.downSince = time.Time{}
+		f.ctrl.ClusterHealthChanged("c1", true)
+	}
+	if n := f.ctrl.policy.len(); n != 0 {
+		t.Errorf("%d policy timers after recovery, want 0", n)
+	}
+	if after := runtime.NumGoroutine(); after > before+10 {
+		t.Errorf("goroutines grew from %d to %d over 200 flips", before, after)
+	}
+}
+
+// A key waits only for what its last sync found missing: a key that waited
+// for a hub namespace leaves the record once its service is gone, and the
+// keys of a removed member leave it with the member.
+func TestWaitsHoldOnlyKeysThatWaitNow(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	for _, name := range []string{"a", "b"} {
+		_ = m.services.Add(service("missing", name))
+		m.slices = append(m.slices, memberSlice("missing", name, name+"-x", 0, 1, true))
+	}
+	a, b := Key{Cluster: "c1", Namespace: "missing", Name: "a"}, Key{Cluster: "c1", Namespace: "missing", Name: "b"}
+	f.sync(a)
+	f.sync(b)
+	if n := f.ctrl.waits.len(); n != 2 {
+		t.Fatalf("%d keys wait, want 2 (for hub namespace missing)", n)
+	}
+	// a's service is deleted: its next sync does not wait.
+	_ = m.services.Delete(service("missing", "a"))
+	m.slices = m.slices[1:]
+	f.ctrl.waits.drop(a) // as processNext does before each sync
+	f.sync(a)
+	if n := f.ctrl.waits.len(); n != 1 {
+		t.Fatalf("%d keys wait after a's service was deleted, want 1", n)
+	}
+	// c1 is unregistered: b leaves with it.
+	delete(f.members.members, "c1")
+	f.ctrl.ClusterRemoved("c1")
+	if n := f.ctrl.waits.len(); n != 0 {
+		t.Fatalf("%d keys wait after their member was removed, want 0", n)
+	}
+}
+
+// A standby (a controller whose workers have not started) queues what it
+// sees in bulk: at its takeover, a live change goes before the leader's
+// writes it watched while standing by.
+func TestStandbyQueuesInBulk(t *testing.T) {
+	c, err := New(nil, nil, &fakeMembers{members: map[string]*fakeMember{}, synced: true}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := Key{Cluster: "c1", Namespace: "shop", Name: "seen-as-standby"}
+	c.add(seen, false)
+	c.startedOnce.Do(func() { close(c.started) })
+	live := Key{Cluster: "c1", Namespace: "shop", Name: "changed-after-takeover"}
+	c.add(live, false)
+	if got, _ := c.queue.Get(); got != live {
+		t.Errorf("first key after takeover = %v, want the live change %v", got, live)
+	}
+}

@@ -1,0 +1,81 @@
+package sync
+
+import (
+	stdsync "sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// policyTimers holds at most one timer per unreachable member: the moment
+// the next step of its unreachable policy (grace, then withdraw) takes
+// effect. A new outage, a recovery or the member's removal replaces or
+// stops it, so a member whose health flaps holds one timer, not one per
+// flip.
+type policyTimers struct {
+	clock  clock.WithDelayedExecution
+	mu     stdsync.Mutex
+	timers map[string]clock.Timer
+	// gen is the generation of each member's timer: a timer that fires
+	// acts only if it is still the member's latest.
+	gen     map[string]uint64
+	nextGen uint64
+	done    bool
+}
+
+func newPolicyTimers(c clock.WithDelayedExecution) *policyTimers {
+	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}}
+}
+
+// set replaces the member's timer with one calling f at when; a zero when
+// only stops it.
+func (p *policyTimers) set(cluster string, when time.Time, f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.timers[cluster]; ok {
+		t.Stop()
+		delete(p.timers, cluster)
+	}
+	delete(p.gen, cluster)
+	if when.IsZero() || p.done {
+		return
+	}
+	p.nextGen++
+	gen := p.nextGen
+	p.gen[cluster] = gen
+	p.timers[cluster] = p.clock.AfterFunc(max(0, when.Sub(p.clock.Now())), func() {
+		p.mu.Lock()
+		current := !p.done && p.gen[cluster] == gen
+		if current {
+			delete(p.timers, cluster)
+		}
+		p.mu.Unlock()
+		if current {
+			// Not on the clock's goroutine: a fake clock fires timers
+			// under its lock, and f reads the clock.
+			go f()
+		}
+	})
+}
+
+// stop stops the member's timer.
+func (p *policyTimers) stop(cluster string) { p.set(cluster, time.Time{}, nil) }
+
+// len is the number of timers set, for tests.
+func (p *policyTimers) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.timers)
+}
+
+// stopAll stops every timer, for good.
+func (p *policyTimers) stopAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done = true
+	for name, t := range p.timers {
+		t.Stop()
+		delete(p.timers, name)
+	}
+	clear(p.gen)
+}

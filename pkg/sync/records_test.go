@@ -1,0 +1,56 @@
+package sync
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// An export record that cannot be read queues its member's key, whose sync
+// rewrites it, and is counted; the merge waits for it and then merges.
+func TestUnreadableRecordQueuesItsMemberAndIsCounted(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 1, true)}
+	f.sync(cartC1)
+	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[endpoints.AnnotationExportRecord] = "{not json"
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	for f.ctrl.queue.Len() > 0 { // the edit's events
+		k, _ := f.ctrl.queue.Get()
+		f.ctrl.queue.Done(k)
+	}
+	f.sync(cartC1.ClusterSet())
+	if got := counterValue(t, f.ctrl.metrics.UnreadableRecords); got != 1 {
+		t.Errorf("unreadable records counted %v, want 1", got)
+	}
+	if k, _ := f.ctrl.queue.Get(); k != cartC1 {
+		t.Fatalf("queued %v, want the member key %v", k, cartC1)
+	}
+	f.sync(cartC1) // rewrites the record
+	f.sync(cartC1.ClusterSet())
+	if got := f.importClusters(); len(got) != 1 || got[0] != "c1" {
+		t.Fatalf("import clusters %v, want c1", got)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}

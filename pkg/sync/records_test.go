@@ -36,6 +36,9 @@ func TestUnreadableRecordQueuesItsMemberAndIsCounted(t *testing.T) {
 	if got := counterValue(t, f.ctrl.metrics.UnreadableRecords); got != 1 {
 		t.Errorf("unreadable records counted %v, want 1", got)
 	}
+	if f.ctrl.queue.Len() == 0 {
+		t.Fatal("the merge that found an unreadable record queued nothing")
+	}
 	if k, _ := f.ctrl.queue.Get(); k != cartC1 {
 		t.Fatalf("queued %v, want the member key %v", k, cartC1)
 	}

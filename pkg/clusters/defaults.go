@@ -10,7 +10,8 @@ const (
 	DefaultSyncTimeout = 30 * time.Second
 	// DefaultProbeInterval and DefaultProbeTimeout are the defaults of
 	// Options.ProbeInterval and Options.ProbeTimeout: an unreachable member
-	// is noticed within their sum.
+	// is noticed after probeFailureThreshold failed probes, within
+	// interval + 2 × timeout.
 	DefaultProbeInterval = 5 * time.Second
 	DefaultProbeTimeout  = 5 * time.Second
 )

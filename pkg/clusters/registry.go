@@ -104,7 +104,7 @@ type Options struct {
 	WarningHandler rest.WarningHandler
 	// ProbeInterval and ProbeTimeout pace the health probe of each member
 	// (DefaultProbeInterval, DefaultProbeTimeout): an unreachable member is
-	// noticed within their sum.
+	// noticed within interval + 2 × timeout (two failed probes in a row).
 	ProbeInterval, ProbeTimeout time.Duration
 	// Static members are registered without a Secret, e.g. the hub itself
 	// with --hub-is-member. A Secret cannot claim their names.

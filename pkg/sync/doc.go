@@ -24,6 +24,22 @@
 // slice events, echoes included, and an expired write of a slice), and an
 // import whose clusters or Conflict condition changed queues the member keys.
 //
+// # Members
+//
+// A member's state is a lifecycle.State, looked up once per sync
+// (Members.Lookup): Unregistered, Registered (no connection: its
+// registration could not be turned into one, and is retried), Connected
+// (caches not synced) or Synced, and whether it is unreachable since when.
+// Only an Unregistered member's objects are withdrawn outright. A
+// registered member without a full view keeps what the hub holds and waits
+// for its sync; an unreachable one is subject to the unreachable policy:
+// kept, marked not ready after the grace period (Synced members only: the
+// others have no endpoints to mark), withdrawn after the withdraw period.
+// Each unreachable member has at most one policy timer (policyTimers), set
+// to the moment its next step takes effect; the step resyncs the member's
+// keys and sets the timer to the step after it, and a recovery or removal
+// stops it.
+//
 // # Convergence: no deferral without a wake-up
 //
 // The controller is level-triggered: whatever order events, member syncs,
@@ -38,12 +54,17 @@
 //     and returns nil. The transition that makes the precondition hold wakes
 //     exactly the keys recorded against it (Controller.wake). The
 //     preconditions and their transitions are:
-//     a member's first sync (ClusterSynced), the member registrations known
+//     a member's first sync (ClusterSynced) or the withdraw step of its
+//     unreachable policy, the member registrations known
 //     (startup), a hub namespace (its add event), and for a clusterset key
 //     no member key of its service left in the bulk lane (the worker that
 //     takes the last one out wakes it), so a sweep merges once, not once per
 //     member. A member that is removed wakes what waited for it. Nothing
 //     waits for a member's sync timeout: the merge reads the hub's records.
+//     A key waits only for what its last sync found missing: its waits are
+//     dropped before each of its syncs, and with its member.
+//   - A merge that finds an export record it cannot read queues the member
+//     key whose sync rewrites it; the rewrite queues the merge again.
 //   - waitFor checks the precondition again after recording, so a transition
 //     that races the sync is never missed.
 //   - A write that the hub cache has not shown yet is read back from the

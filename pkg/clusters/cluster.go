@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -115,6 +116,16 @@ func (c *Cluster) ServiceExport(namespace, name string) *mcsv1beta1.ServiceExpor
 		return nil
 	}
 	return se
+}
+
+// ServiceExports lists the member's ServiceExports; none when they are not
+// watched.
+func (c *Cluster) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
+	l := c.informers.Load().exportLister
+	if l == nil {
+		return nil, nil
+	}
+	return l.List(labels.Everything())
 }
 
 // EndpointSlices returns the member's EndpointSlices of service namespace/name.

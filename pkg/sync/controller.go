@@ -40,6 +40,9 @@ type Member interface {
 	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
 	// ServiceExport returns the member's ServiceExport, or nil.
 	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
+	// ServiceExports lists the member's ServiceExports (none when they
+	// are not watched); read-only.
+	ServiceExports() ([]*mcsv1beta1.ServiceExport, error)
 	// PatchServiceExportConditions replaces the conditions of a member's
 	// ServiceExport, provided it is still at the cached resourceVersion.
 	PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error
@@ -77,7 +80,15 @@ type Options struct {
 	Recorder          record.EventRecorder
 	Metrics           *Metrics
 	// Clock times the unreachable policy; nil is the real clock.
-	Clock clock.WithDelayedExecution
+	Clock Clock
+}
+
+// Clock is the time the controller reads and the timers it sets:
+// clock.RealClock, or a fake in tests. AfterFunc must not hold a lock of
+// its own while the function runs: the function reads the clock.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
 // Hub informer indexes.

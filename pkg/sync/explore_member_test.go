@@ -15,8 +15,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // simMember is a member cluster of the order explorer: its API server's
@@ -34,6 +32,13 @@ type simMember struct {
 	listAt           time.Time                     // when its first list can complete
 	handlers         [3]cache.ResourceEventHandler // services, slices, exports
 	statusWrites     int                           // ServiceExport status writes
+	// down: the member does not answer (since downSince); its watch
+	// events wait. broken: its watch broke; a relist catches up.
+	down      bool
+	downSince time.Time
+	broken    bool
+	// statusFault decides the fate of a ServiceExport status write.
+	statusFault func() error
 }
 
 // memberObjects holds one member's objects by kind, then namespace/name.
@@ -151,6 +156,14 @@ func (m *simMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlice
 	return out, nil
 }
 
+func (m *simMember) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
+	var out []*mcsv1beta1.ServiceExport
+	for _, key := range sortedKeys(m.cache[kindExport]) {
+		out = append(out, m.cache[kindExport][key].(*mcsv1beta1.ServiceExport))
+	}
+	return out, nil
+}
+
 func (m *simMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
 	if o, ok := m.cache[kindExport][ns+"/"+name]; ok {
 		return o.(*mcsv1beta1.ServiceExport)
@@ -158,16 +171,14 @@ func (m *simMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
 	return nil
 }
 
-func (m *simMember) state() lifecycle.State {
-	if m.listed {
-		return lifecycle.State{Phase: lifecycle.Synced, Owned: true}
-	}
-	return lifecycle.State{Phase: lifecycle.Connected, Owned: true}
-}
-
 // PatchServiceExportConditions writes the conditions to the member's
 // ServiceExport; the change comes back as a watch event.
 func (m *simMember) PatchServiceExportConditions(_ context.Context, se *mcsv1beta1.ServiceExport, conds []metav1.Condition) error {
+	if m.statusFault != nil {
+		if err := m.statusFault(); err != nil {
+			return err
+		}
+	}
 	key := se.Namespace + "/" + se.Name
 	cur := m.truthExport(se.Namespace, se.Name)
 	if cur == nil || cur.UID != se.UID {

@@ -49,19 +49,36 @@ var (
 //   - one more full resync writes nothing.
 func TestExploreOrders(t *testing.T) {
 	if *exploreSeed >= 0 {
-		if err := explore(*exploreSeed, t.Logf); err != nil {
+		tally, err := explore(*exploreSeed, t.Logf)
+		t.Logf("faults fired: %v", tally)
+		if err != nil {
 			t.Fatalf("seed %d: %v", *exploreSeed, err)
 		}
 		return
 	}
+	if *exploreSeeds <= 0 {
+		t.Fatalf("-seeds %d: the explorer explores nothing", *exploreSeeds)
+	}
 	var failed []int64
 	var first error
+	total := map[string]int{}
 	for seed := int64(0); seed < int64(*exploreSeeds); seed++ {
-		if err := explore(seed, nil); err != nil {
+		tally, err := explore(seed, nil)
+		for class, n := range tally {
+			total[class] += n
+		}
+		if err != nil {
 			if first == nil {
 				first = fmt.Errorf("seed %d: %w", seed, err)
 			}
 			failed = append(failed, seed)
+		}
+	}
+	t.Logf("member faults fired across %d seeds:", *exploreSeeds)
+	for _, class := range faultClasses {
+		t.Logf("  %-46s %d", class, total[class])
+		if total[class] == 0 {
+			t.Errorf("fault class %q never fired across %d seeds", class, *exploreSeeds)
 		}
 	}
 	if len(failed) > 0 {
@@ -100,6 +117,15 @@ type world struct {
 	// foreign holds the resourceVersion of every foreign hub object.
 	foreign map[string]string
 	steps   int
+	// clock times the unreachable policy; tally counts the member faults
+	// that fired.
+	clock *simClock
+	tally map[string]int
+	// disconnected holds the members registered but not connected, with
+	// the services the hub recorded for each then, and since when.
+	disconnected map[string]*simMember
+	keptRecords  map[string][]string
+	keptSince    map[string]time.Time
 }
 
 type step struct {
@@ -128,16 +154,16 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-func explore(seed int64, logf func(string, ...interface{})) error {
+func explore(seed int64, logf func(string, ...interface{})) (map[string]int, error) {
 	w, err := newWorld(seed, logf)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := w.run(20000); err != nil {
-		return err
+		return w.tally, err
 	}
 	if err := w.check(); err != nil {
-		return err
+		return w.tally, err
 	}
 	// One more full resync, without faults: it must write nothing.
 	before := w.srv.changes
@@ -147,12 +173,12 @@ func explore(seed int64, logf func(string, ...interface{})) error {
 	}
 	w.ctrl.enqueueHubObjects(labels.Everything())
 	if err := w.run(20000); err != nil {
-		return err
+		return w.tally, err
 	}
 	if n := w.srv.changes - before; n > 0 {
-		return fmt.Errorf("a full resync of a converged hub wrote %d times", n)
+		return w.tally, fmt.Errorf("a full resync of a converged hub wrote %d times", n)
 	}
-	return w.check()
+	return w.tally, w.check()
 }
 
 func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
@@ -161,7 +187,9 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		rng: rng, logf: logf, now: simEpoch, ctx: context.Background(),
 		srv: newSimServer(), hubEvents: map[string][]hubEvent{}, broken: map[string]bool{},
 		faults: rng.Intn(4) > 0, breaks: rng.Intn(3), foreign: map[string]string{},
+		tally: map[string]int{}, disconnected: map[string]*simMember{}, keptRecords: map[string][]string{}, keptSince: map[string]time.Time{},
 	}
+	w.clock = &simClock{w: w}
 	hub := kubefake.NewClientset()
 	hubMCS := mcsfake.NewSimpleClientset()
 	hub.PrependReactor("*", "*", w.srv.react)
@@ -189,13 +217,18 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		case 1:
 			m.listAt = simEpoch.Add(simSyncTimeout + time.Duration(rng.Intn(int(simSyncTimeout))))
 		}
+		m.statusFault = w.statusConflict
 		w.members.members[name] = m
 		w.order = append(w.order, name)
 	}
+	policy := simPolicies[rng.Intn(len(simPolicies))]
 	ctrl, err := New(hub, hubMCS, w.members, Options{
-		Workers:           1,
-		Export:            ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
-		WriteExportStatus: true,
+		Workers:             1,
+		Export:              ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
+		WriteExportStatus:   true,
+		UnreachableGrace:    policy.grace,
+		UnreachableWithdraw: policy.withdraw,
+		Clock:               w.clock,
 	})
 	if err != nil {
 		return nil, err
@@ -432,6 +465,7 @@ func (w *world) tamper() {
 	if w.rng.Intn(2) == 0 {
 		w.log("tamper: delete %s", ref)
 		_ = w.srv.delete(gr, resource, ns, name, metav1.DeleteOptions{})
+		w.forgetKept(obj)
 		return
 	}
 	w.log("tamper: edit %s", ref)
@@ -534,6 +568,9 @@ func (w *world) run(limit int) error {
 		}
 		changes := w.srv.changes
 		s.do()
+		if err := w.checkKept(); err != nil {
+			return err
+		}
 		// A sync that changed nothing (a key parked on a name conflict,
 		// retried now and then) is no progress.
 		if !clock && (!sync || w.srv.changes != changes) {
@@ -547,6 +584,9 @@ func (w *world) run(limit int) error {
 // first sync or sync timeout.
 func (w *world) nextDue() (time.Time, bool) {
 	due, ok := w.queue.nextDue()
+	if at, has := w.clock.next(); has && (!ok || at.Before(due)) {
+		due, ok = at, true
+	}
 	for _, o := range w.ctrl.written.overlay {
 		if at := o.at.Add(writtenTTL + time.Millisecond); !ok || at.Before(due) {
 			due, ok = at, true
@@ -589,13 +629,17 @@ func (w *world) enabled() []step {
 		if !m.listed && !m.timedOut && !w.now.Before(simEpoch.Add(simSyncTimeout)) {
 			out = append(out, step{name + ": sync timeout", func() { m.timedOut = true; w.ctrl.ClusterSyncTimedOut(m.name) }})
 		}
-		if len(m.pending) > 0 {
+		if len(m.pending) > 0 && !m.down && !m.broken {
 			out = append(out, step{name + ": member event", func() {
 				ev := m.pending[0]
 				m.pending = m.pending[1:]
 				m.deliver(ev, false)
 			}})
 		}
+	}
+	out = append(out, w.memberRecoveries()...)
+	if w.started {
+		out = append(out, w.memberFaults()...)
 	}
 	if !w.members.synced {
 		out = append(out, step{"registrations synced", func() { w.members.synced = true }})

@@ -74,6 +74,13 @@ func (m *fakeMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlic
 func (m *fakeMember) ServiceExport(ns, name string) *mcsv1beta1.ServiceExport {
 	return m.exports[ns+"/"+name]
 }
+func (m *fakeMember) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
+	out := make([]*mcsv1beta1.ServiceExport, 0, len(m.exports))
+	for _, se := range m.exports {
+		out = append(out, se)
+	}
+	return out, nil
+}
 func (m *fakeMember) PatchServiceExportConditions(_ context.Context, se *mcsv1beta1.ServiceExport, conds []metav1.Condition) error {
 	m.statusWrites = append(m.statusWrites, se.Namespace+"/"+se.Name)
 	upd := se.DeepCopy()

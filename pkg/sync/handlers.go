@@ -89,6 +89,17 @@ func (c *Controller) resyncMember(cluster string) {
 			c.add(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, true)
 		}
 		services = len(svcs)
+		// A ServiceExport without its Service has a key too: its status
+		// says the Service is missing.
+		exports, err := m.ServiceExports()
+		if err != nil {
+			utilruntime.HandleError(fmt.Errorf("listing the ServiceExports of member %q: %w", cluster, err))
+		}
+		for _, se := range exports {
+			if c.opts.Export.NamespaceSelected(se.Namespace) {
+				c.add(Key{Cluster: cluster, Namespace: se.Namespace, Name: se.Name}, true)
+			}
+		}
 	}
 	c.enqueueClusterObjects(cluster)
 	c.wakeMember(cluster)

@@ -7,10 +7,19 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
+
+// asyncClock is a fake clock whose timers run their functions on their own
+// goroutine, as the real clock's do: the fake runs them under its lock.
+type asyncClock struct{ *clocktesting.FakeClock }
+
+func (c asyncClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.FakeClock.AfterFunc(d, func() { go f() })
+}
 
 // disconnect turns a fixture member into one that is registered but has
 // no connection (its registration cannot be turned into one), since since.
@@ -59,7 +68,7 @@ func (f *fixture) importClusters() []string {
 // timed by the member's one policy timer.
 func TestRegisteredMemberWithoutConnectionIsKeptUntilThePolicyWithdrawsIt(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	f := newFixture(t, Options{UnreachableWithdraw: time.Hour, Clock: clk}, nil, nil)
+	f := newFixture(t, Options{UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
 	for _, name := range []string{"c1", "c2"} {
 		m := f.member(name)
 		_ = m.services.Add(service("shop", "cart"))
@@ -116,7 +125,7 @@ func TestRegisteredMemberWithoutConnectionIsKeptUntilThePolicyWithdrawsIt(t *tes
 // it answers again; no goroutine is left per flip.
 func TestHealthFlappingHoldsOnePolicyTimer(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	f := newFixture(t, Options{UnreachableGrace: time.Minute, UnreachableWithdraw: time.Hour, Clock: clk}, nil, nil)
+	f := newFixture(t, Options{UnreachableGrace: time.Minute, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
 	m := f.member("c1")
 	before := runtime.NumGoroutine()
 	for i := 0; i < 200; i++ {

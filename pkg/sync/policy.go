@@ -13,7 +13,7 @@ import (
 // stops it, so a member whose health flaps holds one timer, not one per
 // flip.
 type policyTimers struct {
-	clock  clock.WithDelayedExecution
+	clock  Clock
 	mu     stdsync.Mutex
 	timers map[string]clock.Timer
 	// gen is the generation of each member's timer: a timer that fires
@@ -23,7 +23,7 @@ type policyTimers struct {
 	done    bool
 }
 
-func newPolicyTimers(c clock.WithDelayedExecution) *policyTimers {
+func newPolicyTimers(c Clock) *policyTimers {
 	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}}
 }
 
@@ -51,9 +51,7 @@ func (p *policyTimers) set(cluster string, when time.Time, f func()) {
 		}
 		p.mu.Unlock()
 		if current {
-			// Not on the clock's goroutine: a fake clock fires timers
-			// under its lock, and f reads the clock.
-			go f()
+			f()
 		}
 	})
 }

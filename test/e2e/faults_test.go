@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -334,17 +335,27 @@ func TestFaultHubAPIServerRestartedWhileAMemberChangesConvergesWithoutDuplicates
 	const changes = 30
 	size := func(i int) (n, notReady int) { return 1 + (i*53)%230, (i * 7) % 5 }
 	errc := make(chan error, 1)
+	var made atomic.Int64
+	writesBefore := d.writes.n.Load()
 	go func() {
 		var err error
 		for i := 0; i < changes && err == nil; i++ {
 			n, notReady := size(i)
 			err = setSlices(ctx, e.east.Client, "cart", slicesOf("cart", "east", 1, n, notReady)...)
-			time.Sleep(200 * time.Millisecond)
+			made.Add(1)
+			time.Sleep(200 * time.Millisecond) // the pace of the member's changes
 		}
 		errc <- err
 	}()
 
-	time.Sleep(1500 * time.Millisecond)
+	// The outage starts while the daemon is writing the changes to the hub.
+	eventually(t, waitTimeout, func() error {
+		if m, w := made.Load(), d.writes.n.Load()-writesBefore; m < 5 || w == 0 {
+			return fmt.Errorf("east made %d of %d changes, the daemon %d hub writes since", m, changes, w)
+		}
+		return nil
+	})
+	t.Logf("cutting the hub off after %d of %d changes and %d hub writes", made.Load(), changes, d.writes.n.Load()-writesBefore)
 	t0 := time.Now()
 	hubProxy.Block()
 	if err := e.hub.StopAPIServer(); err != nil {
@@ -614,8 +625,8 @@ func TestFaultExportGoneFromAMemberThatSyncsLateLeavesTheImport(t *testing.T) {
 	if err := e.west.Client.CoreV1().Services(appNamespace).Delete(ctx, "cart", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The next daemon gets east at once and west a few seconds later,
-	// well within its sync timeout.
+	// The next daemon gets east at once and west only once it has done
+	// all it can with east, well within west's sync timeout.
 	westProxy.Block()
 	d = e.startDaemon(t, opts)
 	eventually(t, waitTimeout, func() error {
@@ -624,7 +635,14 @@ func TestFaultExportGoneFromAMemberThatSyncsLateLeavesTheImport(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second)
+	// The daemon has done all it can with east alone: west is late. Until
+	// west syncs, the import keeps it, as the hub remembers it.
+	if c := d.Registry.Get("west"); c == nil || c.HasSynced() {
+		t.Fatal("west synced, or is not registered, while its proxy refuses connections")
+	}
+	if err := e.hubHasImport(t, "cart", []string{"east", "west"}); err != nil {
+		t.Fatalf("before west synced: %v", err)
+	}
 	if err := westProxy.Unblock(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,20 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	stdsync "sync"
 	"testing"
 	"time"
 
@@ -117,9 +125,11 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 		},
 	}}})
 
-	createClusterProfile(t, cps, "east", clusterManager, e.east)
+	// The daemon reaches east through a proxy that counts its probes.
+	probes := startProbeCounter(t, e.east)
+	createClusterProfile(t, cps, "east", clusterManager, probes.srv.URL, probes.caData)
 	// Another cluster manager's ClusterProfile is not the daemon's.
-	createClusterProfile(t, cps, "other", "someone-else", e.east)
+	createClusterProfile(t, cps, "other", "someone-else", e.east.Host(), e.east.Config.CAData)
 
 	svc := "cart"
 	exportService(t, e.east.Client, svc)
@@ -191,6 +201,7 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 			}
 			return nil
 		})
+		answeredBefore, failedBefore := probes.counts()
 		applySlices(t, e.east.Client, svc, endpointSlice(svc, svc+"-a", 1, 5, true))
 		eventually(t, waitTimeout, func() error {
 			if st := e.hubState(t, svc); st.total["east"] != 5 {
@@ -199,7 +210,16 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 			return nil
 		})
 		// Several probes with the new credentials, none failing.
-		time.Sleep(4 * time.Second)
+		const several = 3
+		eventually(t, waitTimeout, func() error {
+			if answered, _ := probes.counts(); answered-answeredBefore < several {
+				return fmt.Errorf("%d probes of east answered since the revocation, want %d", answered-answeredBefore, several)
+			}
+			return nil
+		})
+		if _, failed := probes.counts(); failed != failedBefore {
+			t.Errorf("%d probes of east failed after the revocation", failed-failedBefore)
+		}
 		if since, down := d.Registry.Get("east").UnreachableSince(); down {
 			t.Errorf("east unreachable since %s after the rotation", since)
 		}
@@ -392,7 +412,7 @@ func buildTokenPlugin(t *testing.T, dir string) string {
 func createClusterProfile(t *testing.T, cps interface {
 	Create(context.Context, *cpv1alpha1.ClusterProfile, metav1.CreateOptions) (*cpv1alpha1.ClusterProfile, error)
 	UpdateStatus(context.Context, *cpv1alpha1.ClusterProfile, metav1.UpdateOptions) (*cpv1alpha1.ClusterProfile, error)
-}, name, manager string, member *testenv.Cluster) {
+}, name, manager, server string, caData []byte) {
 	t.Helper()
 	cp := &cpv1alpha1.ClusterProfile{
 		ObjectMeta: metav1.ObjectMeta{Namespace: fleetNamespace, Name: name, Labels: map[string]string{cpv1alpha1.LabelClusterManagerKey: manager}},
@@ -405,8 +425,8 @@ func createClusterProfile(t *testing.T, cps interface {
 	cp.Status.AccessProviders = []cpv1alpha1.AccessProvider{{
 		Name: pluginProvider,
 		Cluster: clientcmdv1.Cluster{
-			Server:                   member.Host(),
-			CertificateAuthorityData: member.Config.CAData,
+			Server:                   server,
+			CertificateAuthorityData: caData,
 			Extensions: []clientcmdv1.NamedExtension{{
 				Name: "clusterprofiles.multicluster.x-k8s.io/exec/additional-args",
 				// The CRD takes objects only, though pkg/access reads a list.
@@ -433,4 +453,69 @@ func setControlPlaneHealthy(t *testing.T, cps interface {
 	if _, err := cps.UpdateStatus(context.Background(), cp, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// probeCounter is a proxy in front of a member's API server that counts the
+// health probes (GET /readyz) passing through it: answered (200) and failed.
+type probeCounter struct {
+	srv    *httptest.Server
+	caData []byte // of srv's certificate
+
+	mu               stdsync.Mutex
+	answered, failed int
+}
+
+func startProbeCounter(t *testing.T, member *testenv.Cluster) *probeCounter {
+	t.Helper()
+	target, err := url.Parse(member.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(member.Config.CAData) {
+		t.Fatal("no CA certificate in the member's config")
+	}
+	p := &probeCounter{}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+		},
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true},
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodGet && resp.Request.URL.Path == "/readyz" {
+				p.count(resp.StatusCode == http.StatusOK)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Method == http.MethodGet && r.URL.Path == "/readyz" {
+				p.count(false)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = httptest.NewUnstartedServer(rp)
+	p.srv.EnableHTTP2 = true
+	p.srv.StartTLS()
+	t.Cleanup(p.srv.Close)
+	p.caData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+	return p
+}
+
+func (p *probeCounter) count(ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok {
+		p.answered++
+	} else {
+		p.failed++
+	}
+}
+
+// counts returns the numbers of probes answered and failed so far.
+func (p *probeCounter) counts() (answered, failed int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered, p.failed
 }

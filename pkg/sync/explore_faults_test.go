@@ -25,9 +25,14 @@ const (
 	faultReorder      = "member events of different objects reordered"
 	faultStatus409    = "409 on a ServiceExport status write"
 	faultPolicyStep   = "unreachable policy step"
+	// exploreRealQueue counts the seeds run on the daemon's own queue.
+	exploreRealQueue = "seeds on the real lanes queue"
+	// exploreSweepWait counts clusterset syncs that waited for a sweep.
+	exploreSweepWait = "merge waited for a sweep"
 )
 
-var faultClasses = []string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep}
+var faultClasses = []string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep,
+	exploreRealQueue, exploreSweepWait}
 
 // simClock is the explorer's clock for the unreachable policy: the world's
 // virtual time, with timers the world fires as steps.

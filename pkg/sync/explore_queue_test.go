@@ -7,14 +7,19 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 )
 
 // simQueue is the order explorer's workqueue: the same contract as
 // client-go's rate-limited queue (a key is queued once; a key added while
 // being processed is queued again when it is done; delays and backoff), on
-// a virtual clock, handing out the ready keys in an order its random source
-// picks.
+// a virtual clock. It hands out the ready keys in an order its random
+// source picks, or, with real set, through client-go's workqueue over the
+// controller's own lanes, as the daemon does; only delays and backoff are
+// simulated then.
 type simQueue struct {
+	real       workqueue.TypedInterface[Key]
 	rng        *rand.Rand
 	now        func() time.Time
 	ready      []Key
@@ -33,6 +38,10 @@ func newSimQueue(rng *rand.Rand, now func() time.Time) *simQueue {
 }
 
 func (q *simQueue) Add(k Key) {
+	if q.real != nil {
+		q.real.Add(k)
+		return
+	}
 	switch {
 	case q.queued[k]:
 	case q.processing[k]:
@@ -43,10 +52,23 @@ func (q *simQueue) Add(k Key) {
 	}
 }
 
-func (q *simQueue) Len() int { return len(q.ready) }
+func (q *simQueue) Len() int {
+	if q.real != nil {
+		return q.real.Len()
+	}
+	return len(q.ready)
+}
 
 // Get hands out a random ready key; the explorer calls it only when one is.
 func (q *simQueue) Get() (Key, bool) {
+	if q.real != nil {
+		if q.shut || q.real.Len() == 0 {
+			return Key{}, true
+		}
+		k, _ := q.real.Get()
+		q.last = k
+		return k, false
+	}
 	if q.shut || len(q.ready) == 0 {
 		return Key{}, true
 	}
@@ -65,6 +87,10 @@ func (q *simQueue) Get() (Key, bool) {
 }
 
 func (q *simQueue) Done(k Key) {
+	if q.real != nil {
+		q.real.Done(k)
+		return
+	}
 	delete(q.processing, k)
 	if q.dirty[k] {
 		delete(q.dirty, k)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -74,7 +75,7 @@ func TestExploreOrders(t *testing.T) {
 			failed = append(failed, seed)
 		}
 	}
-	t.Logf("member faults fired across %d seeds:", *exploreSeeds)
+	t.Logf("fault classes and paths taken across %d seeds:", *exploreSeeds)
 	for _, class := range faultClasses {
 		t.Logf("  %-46s %d", class, total[class])
 		if total[class] == 0 {
@@ -235,6 +236,12 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 	}
 	w.ctrl = ctrl
 	w.queue = newSimQueue(rng, func() time.Time { return w.now })
+	if rng.Intn(2) == 0 {
+		// Half the seeds hand keys out as the daemon does: live before
+		// bulk, members in turn, sweeps merged once.
+		w.queue.real = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Queue: ctrl.lanes})
+		w.tally[exploreRealQueue]++
+	}
 	ctrl.queue = w.queue
 	ctrl.written.now = func() time.Time { return w.now }
 	for _, name := range w.order {
@@ -670,6 +677,9 @@ func (w *world) enabled() []step {
 			writes := w.srv.writes
 			w.ctrl.processNext(w.ctx)
 			w.log("sync %s: %d writes", w.queue.last, w.srv.writes-writes)
+			if k := w.queue.last; k.IsClusterSet() && w.ctrl.waits.of[k].Has(waitSourcesSwept(k)) {
+				w.tally[exploreSweepWait]++
+			}
 		}}
 		out = append(out, sync, sync, sync)
 	}

@@ -72,7 +72,9 @@ type Handler interface {
 	ClusterSyncTimedOut(cluster string)
 	ClusterRemoved(cluster string)
 	// ClusterHealthChanged is called when the active connection's probe
-	// starts or stops succeeding.
+	// starts or stops succeeding, and with false on each failed attempt to
+	// connect a registered member that has no connection (ClusterSynced
+	// follows when it connects).
 	ClusterHealthChanged(cluster string, healthy bool)
 }
 
@@ -307,7 +309,9 @@ func (r *Registry) Run(ctx context.Context) {
 	// and its hub objects would be garbage collected.
 	for _, cl := range r.claims() {
 		if err := r.sync(cl.key); err != nil {
-			utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", cl.key, err))
+			if !errors.Is(err, errNotConnected) {
+				utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", cl.key, err))
+			}
 			r.queue.AddRateLimited(cl.key)
 		}
 	}
@@ -414,7 +418,9 @@ func (r *Registry) processNext(ctx context.Context) bool {
 		return false // shutting down: leave the rest of the queue
 	}
 	if err := r.sync(key); err != nil {
-		utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", key, err))
+		if !errors.Is(err, errNotConnected) { // said in its Event and log already
+			utilruntime.HandleError(fmt.Errorf("syncing member registration %s: %w", key, err))
+		}
 		r.queue.AddRateLimited(key)
 		return true
 	}
@@ -524,7 +530,9 @@ func (r *Registry) profileRegistration(key string) (*registration, error) {
 
 // register brings the member a registration names in line with it. Bad
 // content keeps whatever already runs for the object and says why in an
-// Event: a broken update must not take a working member down.
+// Event: a broken update must not take a working member down. A
+// registration with no connection to keep registers its member as not
+// connected, and is retried (see unconnected).
 func (r *Registry) register(reg *registration) error {
 	key, cluster, ref := reg.key, reg.cluster, reg.ref
 	r.mu.Lock()
@@ -547,9 +555,18 @@ func (r *Registry) register(reg *registration) error {
 	if reg.policyErr != nil {
 		r.warn(ref, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", reg.policyErr)
 	}
-	r.mu.RLock()
+	r.mu.Lock()
 	m := r.members[cluster]
 	prevName, hadPrev := r.bySecret[key]
+	if m != nil && m.secret != key && m.ref != nil {
+		// This registration owns the name now (the older claim wins):
+		// the member's connection is its previous one, to replace
+		// make-before-break, and is no longer the other object's.
+		delete(r.bySecret, m.secret)
+		m.secret = key
+	}
+	r.mu.Unlock()
+	r.mu.RLock()
 	upToDate := m != nil && m.secret == key && ((m.active != nil && m.active.hash == reg.hash) || (m.pending != nil && m.pending.hash == reg.hash))
 	if upToDate {
 		for _, c := range []*Cluster{m.active, m.pending} {
@@ -566,7 +583,9 @@ func (r *Registry) register(reg *registration) error {
 	if hadPrev && prevName != cluster {
 		// The object now names another cluster: withdraw the old name.
 		r.remove(key, ref)
-		m = nil
+		r.mu.RLock()
+		m = r.members[cluster]
+		r.mu.RUnlock()
 	}
 	cfg, err := reg.config()
 	if err != nil {
@@ -625,6 +644,12 @@ func (r *Registry) unconnected(reg *registration, m *member, reason, why string)
 	cluster, ref := reg.cluster, reg.ref
 	if m != nil && m.active != nil {
 		r.warn(ref, reason, "%s; keeping the previous connection to member %q", why, cluster)
+		return nil
+	}
+	if reason == ReasonNoAccessProvider {
+		// Not a registration this daemon can ever serve (another cluster
+		// manager's, perhaps): said, not retried.
+		r.warn(ref, reason, "%s; member %q not registered", why, cluster)
 		return nil
 	}
 	msg := fmt.Sprintf("%s; member %q is registered but not connected: its hub objects are kept unless the unreachable policy withdraws them, and the daemon retries", why, cluster)
@@ -699,14 +724,15 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	r.mu.Lock()
 	m := r.members[c.name]
 	current := m != nil && (m.active == c || m.pending == c)
-	if current && m.active == c {
+	active := current && m.active == c
+	if active {
 		m.timedOut = true
 	}
 	r.mu.Unlock()
 	if !current {
 		return
 	}
-	if m.active == c {
+	if active {
 		r.eventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
 			"member %q did not sync within %s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout)
 		r.handler.ClusterSyncTimedOut(c.name)

@@ -13,6 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // ReasonExportConflict is the Event reason on a ServiceImport whose exports disagree.
@@ -39,13 +40,21 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	if err != nil {
 		return err
 	}
-	if len(unreadable) > 0 {
-		// The merge would lose these members: it waits for their syncs,
-		// queued here, to rewrite the records; each rewrite queues this key.
-		for _, src := range unreadable {
-			c.metrics.UnreadableRecords.Inc()
-			c.follow(key, src)
+	// An unreadable record is rewritten by its member's sync, queued here;
+	// each rewrite queues this key. The merge waits for the members that
+	// have a connection (after an upgrade, their first sync rewrites every
+	// record), and merges the others' exports without those that have
+	// none: a member that cannot be connected would freeze the import for
+	// every other member.
+	wait := false
+	for _, src := range unreadable {
+		c.metrics.UnreadableRecords.Inc()
+		c.follow(key, src)
+		if st, _ := c.members.Lookup(src.Cluster); st.Phase >= lifecycle.Connected {
+			wait = true
 		}
+	}
+	if wait {
 		return nil
 	}
 	var want *endpoints.ImportResult

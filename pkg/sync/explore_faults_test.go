@@ -162,7 +162,6 @@ func (w *world) memberRecoveries() []step {
 		}
 	}
 	for _, t := range w.clock.due() {
-		t := t
 		out = append(out, step{"policy timer fires", func() {
 			w.tally[faultPolicyStep]++
 			t.f()

@@ -66,6 +66,9 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 // affect: each of its services, and each hub object sourced from it, which
 // garbage collects what it no longer has.
 func (c *Controller) ClusterSynced(cluster string) {
+	if st, _ := c.members.Lookup(cluster); !st.Unreachable {
+		c.policy.stop(cluster) // connected: no policy step is due
+	}
 	c.resyncMember(cluster)
 }
 
@@ -106,27 +109,31 @@ func (c *Controller) resyncMember(cluster string) {
 	klog.V(2).InfoS("Queued member", "cluster", cluster, "phase", st.Phase.String(), "services", services)
 }
 
-// ClusterHealthChanged re-syncs a member when it recovers. When it fails,
-// it sets the member's one policy timer to the moment the next step of its
-// unreachable policy takes effect; that step resyncs the member and sets
-// the timer to the step after it. A recovery stops the timer.
+// ClusterHealthChanged re-syncs a member when it recovers. When it fails
+// (or a registration that cannot connect is retried), it applies the step
+// of its unreachable policy that is due now, if it changed, and sets the
+// member's one policy timer to the moment the next step takes effect. A
+// recovery stops the timer.
 func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 	if healthy {
 		c.policy.stop(cluster)
 		c.resyncMember(cluster)
 		return
 	}
-	c.schedulePolicy(cluster)
+	c.applyPolicy(cluster)
 }
 
-// schedulePolicy sets the member's policy timer to its next step.
-func (c *Controller) schedulePolicy(cluster string) {
+// applyPolicy resyncs the member when the step of its unreachable policy
+// due now differs from the one last applied (an outage is reported a probe
+// or more after it began, and a registration's overrides may change), and
+// sets its policy timer to the next step, which does the same.
+func (c *Controller) applyPolicy(cluster string) {
 	st, _ := c.members.Lookup(cluster)
-	_, next := st.UnreachableStep(c.opts.Clock.Now(), c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
-	c.policy.set(cluster, next, func() {
+	step, next := st.UnreachableStep(c.opts.Clock.Now(), c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
+	if c.policy.applied(cluster, step) {
 		c.resyncMember(cluster)
-		c.schedulePolicy(cluster)
-	})
+	}
+	c.policy.set(cluster, next, func() { c.applyPolicy(cluster) })
 }
 
 // ClusterRemoved queues every hub object sourced from a removed member, which

@@ -194,3 +194,73 @@ func TestStandbyQueuesInBulk(t *testing.T) {
 		t.Errorf("first key after takeover = %v, want the live change %v", got, live)
 	}
 }
+
+// drainQueue empties the queue without syncing.
+func (f *fixture) drainQueue() {
+	for f.ctrl.queue.Len() > 0 {
+		k, _ := f.ctrl.queue.Get()
+		f.ctrl.queue.Done(k)
+	}
+}
+
+// waitQueued waits until something is queued.
+func (f *fixture) waitQueued() bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for f.ctrl.queue.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return f.ctrl.queue.Len() > 0
+}
+
+// An outage is reported a probe or more after it began: a step of the
+// policy that is due already when it is reported is applied at once.
+func TestPolicyStepDueWhenTheOutageIsReportedIsApplied(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFixture(t, Options{UnreachableGrace: 5 * time.Second, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
+	f.sync(cartC1)
+	f.drainQueue()
+	m.downSince = clk.Now().Add(-10 * time.Second)
+	f.ctrl.ClusterHealthChanged("c1", false)
+	if f.ctrl.queue.Len() == 0 {
+		t.Fatal("grace had passed when the outage was reported, but nothing was queued")
+	}
+	f.drainQueue()
+	// The same outage reported again applies nothing new.
+	f.ctrl.ClusterHealthChanged("c1", false)
+	if n := f.ctrl.queue.Len(); n != 0 {
+		t.Errorf("the same step applied twice: %d keys queued", n)
+	}
+}
+
+// A registration retried with a shorter withdraw period than the outage's
+// age withdraws at once: its waiting keys are not left behind.
+func TestShortenedWithdrawPeriodWithdrawsAtOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFixture(t, Options{UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
+	f.sync(cartC1)
+	f.disconnect("c1", clk.Now().Add(-10*time.Minute))
+	f.ctrl.ClusterHealthChanged("c1", false)
+	f.sync(cartC1) // waits for c1
+	if f.ctrl.waits.len() == 0 {
+		t.Fatal("setup: cartC1 does not wait")
+	}
+	f.drainQueue()
+	st := f.members.unconnected["c1"]
+	one := time.Minute
+	st.Policy.Withdraw = &one
+	f.members.unconnected["c1"] = st
+	f.ctrl.ClusterHealthChanged("c1", false)
+	if !f.waitQueued() {
+		t.Fatalf("withdraw is due but nothing was queued; %d keys wait, %d policy timers", f.ctrl.waits.len(), f.ctrl.policy.len())
+	}
+	f.drain()
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{}); err == nil {
+		t.Fatal("c1's slice is still there although its withdraw period passed")
+	}
+}

@@ -5,13 +5,15 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // policyTimers holds at most one timer per unreachable member: the moment
 // the next step of its unreachable policy (grace, then withdraw) takes
-// effect. A new outage, a recovery or the member's removal replaces or
-// stops it, so a member whose health flaps holds one timer, not one per
-// flip.
+// effect. A new outage, a recovery, a reachable member's sync or its
+// removal replaces or stops it, so a member whose health flaps holds one
+// timer, not one per flip.
 type policyTimers struct {
 	clock  Clock
 	mu     stdsync.Mutex
@@ -20,11 +22,23 @@ type policyTimers struct {
 	// acts only if it is still the member's latest.
 	gen     map[string]uint64
 	nextGen uint64
-	done    bool
+	// steps holds the policy step last applied to each unreachable member.
+	steps map[string]lifecycle.Step
+	done  bool
 }
 
 func newPolicyTimers(c Clock) *policyTimers {
-	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}}
+	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}, steps: map[string]lifecycle.Step{}}
+}
+
+// applied records step as the member's current one and reports whether it
+// changed (a member starts at Keep).
+func (p *policyTimers) applied(cluster string, step lifecycle.Step) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := p.steps[cluster] != step
+	p.steps[cluster] = step
+	return changed
 }
 
 // set replaces the member's timer with one calling f at when; a zero when
@@ -56,8 +70,14 @@ func (p *policyTimers) set(cluster string, when time.Time, f func()) {
 	})
 }
 
-// stop stops the member's timer.
-func (p *policyTimers) stop(cluster string) { p.set(cluster, time.Time{}, nil) }
+// stop stops the member's timer and forgets its step: it answers again, or
+// is gone.
+func (p *policyTimers) stop(cluster string) {
+	p.set(cluster, time.Time{}, nil)
+	p.mu.Lock()
+	delete(p.steps, cluster)
+	p.mu.Unlock()
+}
 
 // len is the number of timers set, for tests.
 func (p *policyTimers) len() int {

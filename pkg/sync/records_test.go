@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -56,4 +58,34 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// An unreadable record of a member that cannot rewrite it now (not
+// connected) does not freeze the merge of the others.
+func TestUnreadableRecordOfAnUnconnectedMemberDoesNotFreezeTheMerge(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 1, true)}
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[endpoints.AnnotationExportRecord] = "{not json"
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	f.disconnect("c1", time.Now())
+	f.ctrl.ClusterHealthChanged("c1", false)
+	c2 := f.member("c2")
+	_ = c2.services.Add(service("shop", "cart"))
+	c2.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c2", 10, 1, true)}
+	f.ctrl.add(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, false)
+	f.drain()
+	if got := f.importClusters(); !slices.Contains(got, "c2") {
+		t.Fatalf("import clusters %v: c2 never merged while c1 cannot rewrite its record", got)
+	}
 }

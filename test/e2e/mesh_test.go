@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -60,6 +61,10 @@ func (m *mesh) startDaemon(t *testing.T, hub string) {
 		o.ExportMode = string(easync.ExportServiceExport)
 		o.HubIsMember = true
 		o.HubClusterName = hub
+		// Outages are noticed within two seconds: well within the leader
+		// election's renew deadline, which the restart of a hub's API
+		// server must not outlast.
+		o.ProbeInterval, o.ProbeTimeout = time.Second, time.Second
 	})
 }
 
@@ -78,7 +83,7 @@ func (m *mesh) settle(t *testing.T) map[string]int {
 		same := last != nil && fmt.Sprint(now) == fmt.Sprint(last)
 		last = now
 		if !same {
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the counts must hold across a second
 			return fmt.Errorf("status writes still moving: %v", now)
 		}
 		return nil
@@ -87,6 +92,31 @@ func (m *mesh) settle(t *testing.T) map[string]int {
 		m.daemons[n].waitSettled(t)
 	}
 	return last
+}
+
+// holdEndpoints waits until every hub holds n endpoints of svc from cluster
+// in its MCS EndpointSlices.
+func (m *mesh) holdEndpoints(t *testing.T, svc, cluster string, n int) {
+	t.Helper()
+	eventually(t, waitTimeout, func() error {
+		for _, hub := range m.names {
+			list, err := m.clusters[hub].Client.DiscoveryV1().EndpointSlices(appNamespace).List(context.Background(), metav1.ListOptions{
+				LabelSelector: "multicluster.kubernetes.io/service-name=" + svc + "," + labelMCSSourceCluster + "=" + cluster + "," +
+					discoveryv1.LabelManagedBy + "=" + endpoints.SliceManagedByValue,
+			})
+			if err != nil {
+				return err
+			}
+			got := 0
+			for _, s := range list.Items {
+				got += len(s.Endpoints)
+			}
+			if got != n {
+				return fmt.Errorf("hub %s holds %d endpoints of %s from %s, want %d", hub, got, svc, cluster, n)
+			}
+		}
+		return nil
+	})
 }
 
 // statusWrites returns, per daemon, the ServiceExport status writes it made.
@@ -209,9 +239,14 @@ func TestEveryClusterAHub(t *testing.T) {
 			}
 			converged := m.settle(t)
 			t.Logf("status writes per daemon until converged: %v", converged)
-			time.Sleep(3 * time.Second)
+			// Every daemon syncs once more, after the events of the status
+			// writes so far: a third endpoint of cart in the first cluster.
+			// Once every hub holds it and all are settled, nothing feeds a
+			// fight, and no status was written meanwhile.
+			applySlices(t, m.clusters[names[0]].Client, "cart", endpointSlice("cart", "cart-1", 1, 3, true))
+			m.holdEndpoints(t, "cart", names[0], 3)
 			if again := m.settle(t); fmt.Sprint(again) != fmt.Sprint(converged) {
-				t.Errorf("status writes after convergence: %v, then %v", converged, again)
+				t.Errorf("status writes after convergence: %v, then, once every daemon had synced a change of cart, %v", converged, again)
 			}
 			m.checkNoReimport(t, []string{"cart", "db"})
 
@@ -221,13 +256,27 @@ func TestEveryClusterAHub(t *testing.T) {
 			before := m.settle(t)
 
 			// One cluster's API server goes away and comes back.
+			down := time.Now()
 			if err := m.clusters[last].StopAPIServer(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(3 * time.Second)
+			// It comes back once every daemon has found it unreachable.
+			eventually(t, waitTimeout, func() error {
+				for _, n := range names {
+					c := m.daemons[n].Registry.Get(last)
+					if c == nil {
+						return fmt.Errorf("daemon of %s does not know %s", n, last)
+					}
+					if _, down := c.UnreachableSince(); !down {
+						return fmt.Errorf("daemon of %s has not found %s unreachable", n, last)
+					}
+				}
+				return nil
+			})
 			if err := m.clusters[last].StartAPIServer(); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("%s's API server was down for %s", last, time.Since(down).Round(100*time.Millisecond))
 			m.agree(t, "db", all)
 			after := m.settle(t)
 			t.Logf("status writes per daemon: %v after the unexport, %v after %s's API server restarted", before, after, last)

@@ -35,14 +35,15 @@ type health struct {
 // even when it has no events to send, and a quiet member does not look dead.
 // It probes from the start: a probe that succeeds after one failed asks for
 // fresh informers (see runInformers), before the first sync as after it.
-// Health is reported once the member has synced: onChange is called when
-// health flips, and when the first probes after syncing fail. Health flips
-// to unreachable after probeFailureThreshold failures in a row, dated from
-// the first of them, and back at the first success.
+// Health is reported from the start, before the first sync too, so that the
+// unreachable policy applies to a member that is dark when the daemon
+// starts: onChange is called when health flips, and when the first probes
+// fail. Health flips to unreachable after probeFailureThreshold failures in
+// a row, dated from the first of them, and back at the first success.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	known := false   // a result was reported since the first sync
+	known := false   // a result was recorded
 	answered := true // the previous probe succeeded (or there was none)
 	failures := 0
 	var firstFailure time.Time
@@ -61,20 +62,18 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 			}
 			failures++
 		}
-		if c.synced.Load() {
-			cur := c.health.Load()
-			switch {
-			case healthy && (!known || !cur.healthy):
-				c.health.Store(&health{healthy: true})
-				if known {
-					onChange(true)
-				}
-				known = true
-			case !healthy && failures >= probeFailureThreshold && (!known || cur.healthy):
-				c.health.Store(&health{since: firstFailure})
-				onChange(false)
-				known = true
+		cur := c.health.Load()
+		switch {
+		case healthy && (!known || !cur.healthy):
+			c.health.Store(&health{healthy: true})
+			if known {
+				onChange(true)
 			}
+			known = true
+		case !healthy && failures >= probeFailureThreshold && (!known || cur.healthy):
+			c.health.Store(&health{since: firstFailure})
+			onChange(false)
+			known = true
 		}
 		select {
 		case <-c.stop:

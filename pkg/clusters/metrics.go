@@ -20,7 +20,7 @@ var (
 	memberReadyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_synced",
 		"1 when the member's caches have synced, 0 otherwise. One series per registered member.", []string{"cluster"}, nil)
 	memberHealthyDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_healthy",
-		"0 while the member's API server fails its health probes or it cannot be connected (it is unreachable), 1 otherwise. One series per member that has synced or cannot be connected.", []string{"cluster"}, nil)
+		"0 while the member's API server fails its health probes or it cannot be connected (it is unreachable), 1 otherwise. One series per member that has synced, fails its probes, or cannot be connected.", []string{"cluster"}, nil)
 )
 
 // Describe implements prometheus.Collector. The Registry reports its members
@@ -54,12 +54,16 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 			// No connection: it cannot be read, as an unreachable member.
 			ch <- prometheus.MustNewConstMetric(memberHealthyDesc, prometheus.GaugeValue, 0, name)
 		}
-		if m.active != nil && m.active.HasSynced() {
-			healthy := 1.0
-			if _, down := m.active.UnreachableSince(); down {
-				healthy = 0
+		if m.active != nil {
+			// 1 once synced and answering; 0 while its probes fail, synced
+			// or not.
+			_, down := m.active.UnreachableSince()
+			switch {
+			case down:
+				ch <- prometheus.MustNewConstMetric(memberHealthyDesc, prometheus.GaugeValue, 0, name)
+			case m.active.HasSynced():
+				ch <- prometheus.MustNewConstMetric(memberHealthyDesc, prometheus.GaugeValue, 1, name)
 			}
-			ch <- prometheus.MustNewConstMetric(memberHealthyDesc, prometheus.GaugeValue, healthy, name)
 		}
 	}
 	for state, n := range counts {

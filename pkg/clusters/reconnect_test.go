@@ -103,7 +103,7 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 			r, h := startFlakyRegistry(t, m, tc.syncTimeout)
 			c := r.Get("east")
 			first := c.informers.Load()
-			waitUntil(t, func() bool { return m.failedLists.Load() >= 2 && m.failedProbes.Load() >= 1 })
+			waitUntil(t, func() bool { return m.failedLists.Load() >= 2 && m.failedProbes.Load() >= probeFailureThreshold })
 			if tc.syncTimeout < time.Hour {
 				waitUntil(t, func() bool { _, timedOut, _ := h.calls(); return len(timedOut) == 1 })
 				if !c.SyncTimedOut() {
@@ -146,9 +146,10 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 			if !slices.Equal(timedOut, wantTimedOut) {
 				t.Errorf("ClusterSyncTimedOut calls %v, want %v", timedOut, wantTimedOut)
 			}
-			// Health is reported from the first sync on; the member answered.
-			if len(health) != 0 {
-				t.Errorf("ClusterHealthChanged calls %v before or at the first sync, want none", health)
+			// Health is reported before the first sync too, so that the
+			// unreachable policy applies: down, then answering.
+			if !slices.Equal(health, []string{"east=false", "east=true"}) {
+				t.Errorf("ClusterHealthChanged calls %v, want [east=false east=true]", health)
 			}
 		})
 	}

@@ -264,3 +264,35 @@ func TestShortenedWithdrawPeriodWithdrawsAtOnce(t *testing.T) {
 		t.Fatal("c1's slice is still there although its withdraw period passed")
 	}
 }
+
+// A member that is dark when the daemon starts (connected, never synced,
+// failing its probes) is subject to the withdraw period too.
+func TestUnsyncedUnreachableMemberIsWithdrawnAfterThePeriod(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFixture(t, Options{UnreachableWithdraw: time.Minute, Clock: asyncClock{clk}}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+	// A restart: c1 connects but does not answer.
+	m.synced, m.downSince = false, clk.Now()
+	f.ctrl.ClusterHealthChanged("c1", false)
+	f.resetActions()
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 0 {
+		t.Fatalf("within the withdraw period: writes %q", got)
+	}
+	f.drainQueue()
+	clk.Step(time.Minute + time.Second)
+	if !f.waitQueued() {
+		t.Fatal("the withdraw step queued nothing")
+	}
+	f.drain()
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{}); err == nil {
+		t.Fatal("c1's slice is still there after the withdraw period")
+	}
+	if got := f.importClusters(); len(got) != 0 {
+		t.Errorf("import clusters %v after the withdraw period, want none", got)
+	}
+}

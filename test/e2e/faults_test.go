@@ -134,17 +134,31 @@ func TestFaultMemberAPIServerDownKeepsLastKnownEndpointsAndLearnsWhatChangedMean
 	westBefore := e.clusterObjects(t, "west")
 	westDeletes := e.watchDeletes(t, "west")
 
-	// While east's apiserver is down the daemon keeps retrying its watches.
+	// While east's apiserver is down the daemon keeps retrying its watches,
+	// ready and keeping east's last-known endpoints, also once it has
+	// found east unreachable.
 	eastProxy.Block()
 	if err := e.east.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	stable(t, 5*time.Second, func() error {
+	eventually(t, waitTimeout, func() error {
 		if !d.Ready() {
-			return errors.New("daemon not ready while a member is down")
+			t.Fatal("daemon not ready while a member is down")
 		}
-		return lastKnown()
+		if err := lastKnown(); err != nil {
+			t.Fatalf("while east is down: %v", err)
+		}
+		if _, down := d.Registry.Get("east").UnreachableSince(); !down {
+			return errors.New("the daemon has not found east unreachable yet")
+		}
+		if n := d.Controller.Pending(); n > 0 {
+			return fmt.Errorf("%d keys queued or retrying", n)
+		}
+		return nil
 	})
+	if err := lastKnown(); err != nil {
+		t.Fatalf("once the daemon found east unreachable: %v", err)
+	}
 
 	// Back up, but the daemon still cannot reach it: change things it can
 	// only learn from a fresh list (or a replay of what it missed).
@@ -446,6 +460,7 @@ func TestFaultCredentialRotationWithdrawsNothingAndABrokenKubeconfigKeepsTheConn
 	d.waitSettled(t)
 	eastBefore := e.clusterObjects(t, "east")
 	writesBefore := d.writes.n.Load()
+	syncsBefore := counterValue(t, d, "endpoint_aggregator_syncs_total")
 	eastDeletes := e.watchDeletes(t, "east")
 
 	rotated, err := e.east.UserKubeconfig("endpoint-aggregator-rotated", "system:masters")
@@ -465,8 +480,18 @@ func TestFaultCredentialRotationWithdrawsNothingAndABrokenKubeconfigKeepsTheConn
 		}
 		return nil
 	})
-	stable(t, 2*time.Second, complete(3))
+	// After the swap the daemon syncs east's services (cart, big) again,
+	// from the new connection.
+	eventually(t, waitTimeout, func() error {
+		if n := counterValue(t, d, "endpoint_aggregator_syncs_total") - syncsBefore; n < 2 {
+			return fmt.Errorf("%v syncs since the rotation, want east's 2 services at least", n)
+		}
+		return nil
+	})
 	d.waitSettled(t)
+	if err := complete(3)(); err != nil {
+		t.Errorf("hub incomplete once the daemon settled after the rotation: %v", err)
+	}
 	t.Logf("hub complete in %d checks through the rotation", checks)
 	eastDeletes.check(t)
 	if n := d.writes.n.Load() - writesBefore; n != 0 {
@@ -520,6 +545,8 @@ func TestFaultCredentialRotationWithdrawsNothingAndABrokenKubeconfigKeepsTheConn
 	})
 	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-east-1", 1, 6, true))
 	eventually(t, waitTimeout, complete(6))
+	d.waitSettled(t)
+	writesBefore = d.writes.n.Load()
 
 	updateSecret(t, e, "east", []byte("\x00\x01 this is not a kubeconfig {{{"))
 	eventually(t, waitTimeout, func() error {
@@ -531,7 +558,13 @@ func TestFaultCredentialRotationWithdrawsNothingAndABrokenKubeconfigKeepsTheConn
 		}
 		return fmt.Errorf("no %s Event keeping the previous connection; events: %q", clusters.ReasonInvalidConfig, ev)
 	})
-	stable(t, 2*time.Second, complete(6))
+	d.waitSettled(t)
+	if err := complete(6)(); err != nil {
+		t.Errorf("hub incomplete once the daemon settled after the broken Secret: %v", err)
+	}
+	if n := d.writes.n.Load() - writesBefore; n != 0 {
+		t.Errorf("the broken Secret caused %d hub writes, want 0", n)
+	}
 	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-east-1", 1, 7, true))
 	eventually(t, waitTimeout, complete(7))
 	d.waitSettled(t)

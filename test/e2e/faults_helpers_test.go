@@ -7,7 +7,6 @@ import (
 	"strings"
 	stdsync "sync"
 	"testing"
-	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -240,16 +239,6 @@ func countDistinct(s []string) int {
 		m[v] = true
 	}
 	return len(m)
-}
-
-// stable checks f for d, every 100ms: the condition must hold throughout.
-func stable(t *testing.T, d time.Duration, f func() error) {
-	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err := f(); err != nil {
-			t.Fatalf("did not hold for %s: %v", d, err)
-		}
-	}
 }
 
 // slicesOf builds n endpoints of svc on 10.<octet>.x.y in slices of at most

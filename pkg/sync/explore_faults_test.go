@@ -25,14 +25,14 @@ const (
 	faultReorder      = "member events of different objects reordered"
 	faultStatus409    = "409 on a ServiceExport status write"
 	faultPolicyStep   = "unreachable policy step"
-	// exploreRealQueue counts the seeds run on the daemon's own queue.
-	exploreRealQueue = "seeds on the real lanes queue"
+	// exploreRealQueue counts the replicas run on the daemon's own queue.
+	exploreRealQueue = "replicas on the real lanes queue"
 	// exploreSweepWait counts clusterset syncs that waited for a sweep.
 	exploreSweepWait = "merge waited for a sweep"
 )
 
 var faultClasses = []string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep,
-	exploreRealQueue, exploreSweepWait}
+	faultHandover, faultOverlap, faultRestart, exploreRealQueue, exploreSweepWait}
 
 // simClock is the explorer's clock for the unreachable policy: the world's
 // virtual time, with timers the world fires as steps.
@@ -184,12 +184,12 @@ func sortedNames(m map[string]*simMember) []string {
 func (w *world) goDown(m *simMember) {
 	w.tally[faultUnreachable]++
 	m.down, m.downSince = true, w.now
-	w.ctrl.ClusterHealthChanged(m.name, false)
+	w.eachCtrl(func(c *Controller) { c.ClusterHealthChanged(m.name, false) })
 }
 
 func (w *world) comeBack(m *simMember) {
 	m.down = false
-	w.ctrl.ClusterHealthChanged(m.name, true)
+	w.eachCtrl(func(c *Controller) { c.ClusterHealthChanged(m.name, true) })
 }
 
 // rotate replaces a member's connection with a new one that lists afresh,
@@ -200,7 +200,7 @@ func (w *world) rotate(m *simMember) {
 	_ = m.svcIdx.Replace(nil, "")
 	m.listed = false
 	m.list()
-	w.ctrl.ClusterSynced(m.name)
+	w.eachCtrl(func(c *Controller) { c.ClusterSynced(m.name) })
 }
 
 // disconnect turns a member into one whose registration cannot be turned
@@ -218,7 +218,7 @@ func (w *world) disconnect(m *simMember) {
 	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == m.name })
 	w.keptRecords[m.name] = w.recordedServices(m.name)
 	w.keptSince[m.name] = w.now
-	w.ctrl.ClusterHealthChanged(m.name, false)
+	w.eachCtrl(func(c *Controller) { c.ClusterHealthChanged(m.name, false) })
 }
 
 // reconnect gives a disconnected member a new connection, which lists and
@@ -233,7 +233,7 @@ func (w *world) reconnect(m *simMember) {
 	w.members.members[m.name] = m
 	w.order = append(w.order, m.name)
 	slices.SortFunc(w.order, func(a, b string) int { return slices.Index(simClusters, a) - slices.Index(simClusters, b) })
-	w.ctrl.ClusterHealthChanged(m.name, true)
+	w.eachCtrl(func(c *Controller) { c.ClusterHealthChanged(m.name, true) })
 }
 
 // recordedServices lists the services whose export the hub records for a

@@ -29,9 +29,9 @@ type simMember struct {
 	// pending holds the watch events of truth's changes not delivered yet.
 	pending          []memberEvent
 	listed, timedOut bool
-	listAt           time.Time                     // when its first list can complete
-	handlers         [3]cache.ResourceEventHandler // services, slices, exports
-	statusWrites     int                           // ServiceExport status writes
+	listAt           time.Time         // when its first list can complete
+	handlers         []replicaHandlers // one set per replica
+	statusWrites     int               // ServiceExport status writes
 	// down: the member does not answer (since downSince); its watch
 	// events wait. broken: its watch broke; a relist catches up.
 	down      bool
@@ -39,6 +39,13 @@ type simMember struct {
 	broken    bool
 	// statusFault decides the fate of a ServiceExport status write.
 	statusFault func() error
+}
+
+// replicaHandlers are one replica's handlers of a member's informers:
+// services, slices, exports.
+type replicaHandlers struct {
+	ctrl *Controller
+	hs   [3]cache.ResourceEventHandler
 }
 
 // memberObjects holds one member's objects by kind, then namespace/name.
@@ -108,8 +115,10 @@ func (m *simMember) deliver(ev memberEvent, initial bool) {
 		if ev.kind == kindService {
 			_ = m.svcIdx.Delete(old)
 		}
-		if h := m.handlers[ev.kind]; h != nil {
-			h.OnDelete(old)
+		for _, rh := range m.handlers {
+			if h := rh.hs[ev.kind]; h != nil {
+				h.OnDelete(old)
+			}
 		}
 		return
 	}
@@ -118,13 +127,15 @@ func (m *simMember) deliver(ev memberEvent, initial bool) {
 	if ev.kind == kindService {
 		_ = m.svcIdx.Update(obj)
 	}
-	h := m.handlers[ev.kind]
-	switch {
-	case h == nil:
-	case had:
-		h.OnUpdate(old, obj)
-	default:
-		h.OnAdd(obj, initial)
+	for _, rh := range m.handlers {
+		h := rh.hs[ev.kind]
+		switch {
+		case h == nil:
+		case had:
+			h.OnUpdate(old, obj)
+		default:
+			h.OnAdd(obj, initial)
+		}
 	}
 }
 

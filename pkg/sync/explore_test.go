@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -41,7 +40,10 @@ var (
 // events (delayed, interleaved, echoes racing their write, dropped and
 // relisted), write failures (409, 500, timeouts applied or not), startup
 // with a stale hub, foreign objects, hub objects edited by someone else and
-// member changes at any time. At quiescence, for every seed:
+// member changes at any time; member faults (explore_faults_test.go) and
+// handovers between replicas (explore_replicas_test.go). At every step, a
+// member registered but not connected keeps its exports in the hub until
+// its withdraw period passes. At quiescence, for every seed:
 //   - the hub holds exactly what package endpoints computes from the members'
 //     final state (computed here, not by the controller);
 //   - every member ServiceExport carries the conditions package endpoints
@@ -95,23 +97,27 @@ var (
 	simServices   = []string{"db", "cart", "web"}
 )
 
-// world is one seed's run.
+// world is one seed's run. Its replica is the one that leads; others
+// holds the replicas that stand by, or still write after losing the lead.
 type world struct {
+	// replica is the replica the steps act on: the leader, or another
+	// for a moment (as).
+	*replica
+	leader  *replica
+	others  []*replica
 	rng     *rand.Rand
 	logf    func(string, ...interface{})
 	now     time.Time
 	ctx     context.Context
 	srv     *simServer
-	ctrl    *Controller
-	queue   *simQueue
 	members *simMembers
 	order   []string // member names
-	// hubEvents are the hub watch events not delivered yet, per resource;
-	// a broken watch drops them until a relist.
-	hubEvents map[string][]hubEvent
-	broken    map[string]bool
-	hubListed bool
-	started   bool
+	// opts are the controllers' options; hub and hubMCS their clients.
+	opts      Options
+	hub       *kubefake.Clientset
+	hubMCS    *mcsfake.Clientset
+	replicas  int // replicas started so far, for their names
+	handovers int // handovers left
 	script    []step
 	faults    bool
 	breaks    int // watch breaks left
@@ -186,18 +192,23 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 	rng := rand.New(rand.NewSource(seed))
 	w := &world{
 		rng: rng, logf: logf, now: simEpoch, ctx: context.Background(),
-		srv: newSimServer(), hubEvents: map[string][]hubEvent{}, broken: map[string]bool{},
+		srv:    newSimServer(),
 		faults: rng.Intn(4) > 0, breaks: rng.Intn(3), foreign: map[string]string{},
 		tally: map[string]int{}, disconnected: map[string]*simMember{}, keptRecords: map[string][]string{}, keptSince: map[string]time.Time{},
 	}
+	if rng.Intn(2) == 0 {
+		w.handovers = 1 + rng.Intn(3)
+	}
 	w.clock = &simClock{w: w}
-	hub := kubefake.NewClientset()
-	hubMCS := mcsfake.NewSimpleClientset()
-	hub.PrependReactor("*", "*", w.srv.react)
-	hubMCS.PrependReactor("*", "*", w.srv.react)
+	w.hub = kubefake.NewClientset()
+	w.hubMCS = mcsfake.NewSimpleClientset()
+	w.hub.PrependReactor("*", "*", w.srv.react)
+	w.hubMCS.PrependReactor("*", "*", w.srv.react)
 	w.srv.watch = func(ev hubEvent) {
-		if !w.broken[ev.resource] {
-			w.hubEvents[ev.resource] = append(w.hubEvents[ev.resource], ev)
+		for _, r := range w.replicaList() {
+			if !r.broken[ev.resource] {
+				r.hubEvents[ev.resource] = append(r.hubEvents[ev.resource], ev)
+			}
 		}
 	}
 	w.srv.fault = w.fault
@@ -223,31 +234,26 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		w.order = append(w.order, name)
 	}
 	policy := simPolicies[rng.Intn(len(simPolicies))]
-	ctrl, err := New(hub, hubMCS, w.members, Options{
+	w.opts = Options{
 		Workers:             1,
 		Export:              ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
 		WriteExportStatus:   true,
 		UnreachableGrace:    policy.grace,
 		UnreachableWithdraw: policy.withdraw,
 		Clock:               w.clock,
-	})
+	}
+	first, err := w.newReplica()
 	if err != nil {
 		return nil, err
 	}
-	w.ctrl = ctrl
-	w.queue = newSimQueue(rng, func() time.Time { return w.now })
-	if rng.Intn(2) == 0 {
-		// Half the seeds hand keys out as the daemon does: live before
-		// bulk, members in turn, sweeps merged once.
-		w.queue.real = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Queue: ctrl.lanes})
-		w.tally[exploreRealQueue]++
-	}
-	ctrl.queue = w.queue
-	ctrl.written.now = func() time.Time { return w.now }
-	for _, name := range w.order {
-		m := w.members.members[name]
-		svc, sl, se := ctrl.EventHandlers(name)
-		m.handlers = [3]cache.ResourceEventHandler{svc, sl, se}
+	w.replica, w.leader = first, first
+	if w.handovers > 0 {
+		// A warm standby, from the start.
+		standby, err := w.newReplica()
+		if err != nil {
+			return nil, err
+		}
+		w.others = append(w.others, standby)
 	}
 
 	// The hub: its namespaces, perhaps what an earlier run left (for the
@@ -427,7 +433,7 @@ func (w *world) unregister(name string) {
 	}
 	delete(w.members.members, name)
 	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == name })
-	w.ctrl.ClusterRemoved(name)
+	w.eachCtrl(func(c *Controller) { c.ClusterRemoved(name) })
 }
 
 // dropForeign deletes one foreign object: the name it held is free for the
@@ -557,7 +563,9 @@ func (w *world) run(limit int) error {
 	idle := w.now // when the last step that made progress ran
 	for ; limit > 0; limit-- {
 		w.steps++
-		w.queue.release()
+		for _, r := range w.replicaList() {
+			r.queue.release()
+		}
 		steps := w.enabled()
 		if len(steps) == 0 {
 			due, ok := w.nextDue()
@@ -565,7 +573,7 @@ func (w *world) run(limit int) error {
 				return w.quiescent()
 			}
 			w.now = due
-			w.ctrl.written.expire()
+			w.expireWrites()
 			continue
 		}
 		s := steps[w.rng.Intn(len(steps))]
@@ -590,14 +598,20 @@ func (w *world) run(limit int) error {
 // nextDue is the next time something is due: a delayed key, or a member's
 // first sync or sync timeout.
 func (w *world) nextDue() (time.Time, bool) {
-	due, ok := w.queue.nextDue()
-	if at, has := w.clock.next(); has && (!ok || at.Before(due)) {
-		due, ok = at, true
-	}
-	for _, o := range w.ctrl.written.overlay {
-		if at := o.at.Add(writtenTTL + time.Millisecond); !ok || at.Before(due) {
+	var due time.Time
+	ok := false
+	for _, r := range w.replicaList() {
+		if at, has := r.queue.nextDue(); has && (!ok || at.Before(due)) {
 			due, ok = at, true
 		}
+		for _, o := range r.ctrl.written.overlay {
+			if at := o.at.Add(writtenTTL + time.Millisecond); !ok || at.Before(due) {
+				due, ok = at, true
+			}
+		}
+	}
+	if at, has := w.clock.next(); has && (!ok || at.Before(due)) {
+		due, ok = at, true
 	}
 	for _, name := range w.order {
 		m := w.members.members[name]
@@ -614,6 +628,11 @@ func (w *world) nextDue() (time.Time, bool) {
 }
 
 func (w *world) quiescent() error {
+	for _, r := range w.others {
+		if r.stale {
+			return fmt.Errorf("quiescent with replica %s still writing", r.name)
+		}
+	}
 	for _, name := range w.order {
 		if m := w.members.members[name]; !m.listed || len(m.pending) > 0 {
 			return fmt.Errorf("quiescent with member %s not caught up", name)
@@ -631,10 +650,10 @@ func (w *world) enabled() []step {
 	for _, name := range w.order {
 		m := w.members.members[name]
 		if !m.listed && !w.now.Before(m.listAt) {
-			out = append(out, step{name + ": first sync", func() { m.list(); w.ctrl.ClusterSynced(m.name) }})
+			out = append(out, step{name + ": first sync", func() { m.list(); w.eachCtrl(func(c *Controller) { c.ClusterSynced(m.name) }) }})
 		}
 		if !m.listed && !m.timedOut && !w.now.Before(simEpoch.Add(simSyncTimeout)) {
-			out = append(out, step{name + ": sync timeout", func() { m.timedOut = true; w.ctrl.ClusterSyncTimedOut(m.name) }})
+			out = append(out, step{name + ": sync timeout", func() { m.timedOut = true; w.eachCtrl(func(c *Controller) { c.ClusterSyncTimedOut(m.name) }) }})
 		}
 		if len(m.pending) > 0 && !m.down && !m.broken {
 			out = append(out, step{name + ": member event", func() {
@@ -645,6 +664,7 @@ func (w *world) enabled() []step {
 		}
 	}
 	out = append(out, w.memberRecoveries()...)
+	out = append(out, w.replicaSteps()...)
 	if w.started {
 		out = append(out, w.memberFaults()...)
 	}
@@ -698,9 +718,9 @@ func (w *world) enabled() []step {
 	if len(out) > 0 {
 		// Time passes between any two steps; now and then long enough for
 		// the write overlay to expire.
-		out = append(out, step{"clock +50ms", func() { w.now = w.now.Add(50 * time.Millisecond); w.ctrl.written.expire() }})
+		out = append(out, step{"clock +50ms", func() { w.now = w.now.Add(50 * time.Millisecond); w.expireWrites() }})
 		if w.rng.Intn(10) == 0 {
-			out = append(out, step{"clock +61s", func() { w.now = w.now.Add(61 * time.Second); w.ctrl.written.expire() }})
+			out = append(out, step{"clock +61s", func() { w.now = w.now.Add(61 * time.Second); w.expireWrites() }})
 		}
 	}
 	return out

@@ -81,7 +81,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		if plan.Empty() {
 			c.queueExportStatuses(key, before, view.Import)
 			if holder != nil && want != nil {
-				return c.conflict(resourceServiceImport, holder, key)
+				return newConflict(resourceServiceImport, holder, key)
 			}
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	stdsync "sync"
 	"time"
 
@@ -384,7 +385,15 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	err := c.sync(ctx, key)
 	c.lanes.finish(key)
 	c.metrics.SyncDuration.Observe(time.Since(start).Seconds())
-	var conflict *conflictError
+	// The outcomes of the sync, reported here and nowhere else: conflicts
+	// (an Event, a metric, a log line), then how the key is queued again.
+	conflicts := conflictsIn(err)
+	for _, cf := range conflicts {
+		c.reportConflict(cf)
+	}
+	if slices.ContainsFunc(conflicts, func(cf *conflictError) bool { return cf.resyncNow }) {
+		c.add(key, false)
+	}
 	switch {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
@@ -397,7 +406,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(key)
 		c.setRetrying(key, true) // until a sync of it succeeds
 		c.queue.AddAfter(key, staleRetry)
-	case errors.As(err, &conflict):
+	case len(conflicts) > 0:
 		// Someone else's object holds our name: nothing we can do but look
 		// again later, without hammering the API server.
 		c.metrics.Syncs.WithLabelValues(resultConflict).Inc()

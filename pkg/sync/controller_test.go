@@ -160,6 +160,16 @@ func TestSyncLeavesForeignHubServiceAndReportsConflict(t *testing.T) {
 	if !errors.As(err, &conflict) {
 		t.Fatalf("sync error = %v, want a conflict", err)
 	}
+	if n := testutil.ToFloat64(f.ctrl.metrics.Conflicts.WithLabelValues(resourceService)); n != 0 {
+		t.Errorf("the sync itself reported the conflict (metric %v): reporting is processNext's", n)
+	}
+	// As a worker does: the sync's outcome is reported.
+	f.settle()
+	f.ctrl.add(cartC1, false)
+	for f.ctrl.queue.Len() > 0 {
+		f.ctrl.processNext(f.ctx)
+		f.settle()
+	}
 	got, _ := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
 	if !reflect.DeepEqual(got, foreign) {
 		t.Errorf("foreign Service changed:\n%v", got)

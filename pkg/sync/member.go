@@ -91,7 +91,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 	c.recordEndpoints(key, countEndpoints(src))
 	statusErr := c.syncExportStatus(ctx, key, st, m, svc)
 	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
-		return c.conflict(resourceService, holder, key)
+		return newConflict(resourceService, holder, key)
 	}
 	return statusErr
 }

@@ -25,11 +25,11 @@ func (c *Controller) readMember(ctx context.Context, key Key) (endpoints.MemberV
 	var view endpoints.MemberView
 	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
 	svc, err := c.liveService(key.Namespace, name)
-	if view.Service, err = owned(c, resourceService, key, svc, err); err != nil {
+	if view.Service, err = owned(resourceService, key, svc, err); err != nil {
 		return view, nil, err
 	}
 	eps, err := c.liveEndpoints(key.Namespace, name)
-	if view.Endpoints, err = owned(c, resourceEndpoints, key, eps, err); err != nil {
+	if view.Endpoints, err = owned(resourceEndpoints, key, eps, err); err != nil {
 		return view, nil, err
 	}
 	var holder hubObject
@@ -48,7 +48,7 @@ func (c *Controller) readMember(ctx context.Context, key Key) (endpoints.MemberV
 func (c *Controller) readImport(ctx context.Context, key Key) (endpoints.ImportView, hubObject, error) {
 	var view endpoints.ImportView
 	imp, err := c.liveImport(key.Namespace, key.Name)
-	if view.Import, err = owned(c, resourceServiceImport, key, imp, err); err != nil {
+	if view.Import, err = owned(resourceServiceImport, key, imp, err); err != nil {
 		return view, nil, err
 	}
 	var holder hubObject
@@ -59,14 +59,14 @@ func (c *Controller) readImport(ctx context.Context, key Key) (endpoints.ImportV
 		view.ImportTaken = holder != nil
 	}
 	svc, err := c.liveService(key.Namespace, endpoints.DerivedServiceName(key.Namespace, key.Name))
-	view.Derived, err = owned(c, resourceService, key, svc, err)
+	view.Derived, err = owned(resourceService, key, svc, err)
 	return view, holder, err
 }
 
 // owned turns what a live read returned into the key's object: nil when
 // there is none, a conflict when it is ours but for another key (a name
-// collision between sources).
-func owned[T hubObject](c *Controller, resource string, key Key, live T, err error) (T, error) {
+// collision between sources). It only reads.
+func owned[T hubObject](resource string, key Key, live T, err error) (T, error) {
 	var none T
 	switch {
 	case apierrors.IsNotFound(err):
@@ -78,7 +78,7 @@ func owned[T hubObject](c *Controller, resource string, key Key, live T, err err
 		if d, ok := any(live).(*endpoints.EndpointsDigest); ok {
 			ref = d.Meta() // Events need a registered type
 		}
-		return none, c.conflict(resource, ref, key)
+		return none, newConflict(resource, ref, key)
 	}
 	return live, nil
 }

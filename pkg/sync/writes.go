@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/hashicorp/go-multierror"
+
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -30,10 +32,15 @@ const ReasonNameConflict = "NameConflict"
 // is not retried with backoff.
 var errStaleCache = errors.New("hub cache is behind the API server")
 
-// conflictError says a hub object we do not own holds a name we need.
+// conflictError says a hub object we do not own holds a name we need. It
+// is an outcome of a sync: processNext reports it (report) and parks the
+// key; resyncNow asks for one more sync at once, which writes what the key
+// can without that name.
 type conflictError struct {
 	resource, namespace, name string
 	key                       Key
+	holder                    hubObject // for the Event
+	resyncNow                 bool
 }
 
 func (e *conflictError) Error() string {
@@ -140,12 +147,11 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 			return out, gerr
 		}
 		if !ownedBy(live, key) {
-			if live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && c.taken.set(refOf(o.resource, live), true) {
-				// Sync again at once: without the name, what the key
-				// holds under it must go (see readMember).
-				c.add(key, false)
-			}
-			return out, c.conflict(o.resource, live, key)
+			err := newConflict(o.resource, live, key)
+			// A name newly found taken: sync again at once, as without the
+			// name what the key holds under it must go (see readMember).
+			err.resyncNow = live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && c.taken.set(refOf(o.resource, live), true)
+			return out, err
 		}
 		return out, fmt.Errorf("creating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
@@ -216,16 +222,38 @@ func ownedBy(obj metav1.Object, key Key) bool {
 	return key.IsClusterSet() && obj.GetName() == key.Name && obj.GetNamespace() == key.Namespace
 }
 
-// conflict reports an object that holds a name we need, where an operator
-// looks: an Event on that object, a metric and a log line.
-func (c *Controller) conflict(resource string, live hubObject, key Key) error {
-	c.metrics.Conflicts.WithLabelValues(resource).Inc()
-	c.recorder.Eventf(live, corev1.EventTypeWarning, ReasonNameConflict,
+// newConflict is the outcome of finding an object that holds a name key
+// needs.
+func newConflict(resource string, live hubObject, key Key) *conflictError {
+	return &conflictError{resource: resource, namespace: live.GetNamespace(), name: live.GetName(), key: key, holder: live}
+}
+
+// reportConflict says where an operator looks that an object holds a name
+// we need: an Event on that object, a metric and a log line.
+func (c *Controller) reportConflict(e *conflictError) {
+	c.metrics.Conflicts.WithLabelValues(e.resource).Inc()
+	c.recorder.Eventf(e.holder, corev1.EventTypeWarning, ReasonNameConflict,
 		"endpoint-aggregator needs this name for %s but the object is not managed by it (label %s=%s missing or for another source); left untouched",
-		key, endpoints.LabelManagedBy, endpoints.ManagedByValue)
-	err := &conflictError{resource: resource, namespace: live.GetNamespace(), name: live.GetName(), key: key}
-	klog.InfoS("Hub name conflict", "resource", resource, "object", klog.KObj(live), "key", key.String())
-	return err
+		e.key, endpoints.LabelManagedBy, endpoints.ManagedByValue)
+	klog.InfoS("Hub name conflict", "resource", e.resource, "object", klog.KRef(e.namespace, e.name), "key", e.key.String())
+}
+
+// conflictsIn returns every conflict an error of a sync carries (a write
+// step joins the errors of its writes).
+func conflictsIn(err error) []*conflictError {
+	var merr *multierror.Error
+	if errors.As(err, &merr) {
+		var out []*conflictError
+		for _, e := range merr.Errors {
+			out = append(out, conflictsIn(e)...)
+		}
+		return out
+	}
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		return []*conflictError{ce}
+	}
+	return nil
 }
 
 func (c *Controller) countWrite(resource, verb string, err error) {

@@ -85,14 +85,14 @@ func (c *Controller) applyService(ctx context.Context, key Key, ch endpoints.Ser
 // applyImport writes one round of a clusterset key's plan: the import's
 // create, the derived Service, then the import's spec or status, or for a
 // withdrawal the derived Service before the import.
-func (c *Controller) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan, conflicts []endpoints.Conflict) error {
+func (c *Controller) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan, conflicts []endpoints.Conflict, out *outcome) error {
 	impOps := c.importOps()
 	if p := plan.CreateImport; p != nil {
 		created, err := create(ctx, c, impOps, key, p)
 		if err != nil {
 			return err
 		}
-		c.reportConflicts(created, conflicts)
+		out.exportConflicts(created, conflicts)
 	}
 	if err := c.applyService(ctx, key, plan.Derived); err != nil {
 		return err
@@ -107,7 +107,7 @@ func (c *Controller) applyImport(ctx context.Context, key Key, plan endpoints.Im
 		if err != nil {
 			return err
 		}
-		c.reportConflicts(updated, conflicts)
+		out.exportConflicts(updated, conflicts)
 	}
 	if p := plan.UpdateImportStatus; p != nil {
 		_, err := sendUpdate(c, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -25,15 +24,15 @@ const ReasonExportConflict = "ExportConflict"
 // member's caches: a member that is unreachable or has not synced since the
 // daemon started counts as the hub last recorded it, and the keys of
 // different members may be synced by different workers, or replicas.
-func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
+func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) error {
 	if !c.members.SecretsSynced() {
-		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
+		out.waitFor(waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
 	if c.lanes.bulkPending(key) > 0 {
 		// A sweep is recording this service's exports member by member:
 		// merge once, after the last of them.
-		c.waitFor(key, waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
+		out.waitFor(waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
 		return nil
 	}
 	exports, unreadable, err := c.readExports(key)
@@ -47,9 +46,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	// none: a member that cannot be connected would freeze the import for
 	// every other member.
 	wait := false
+	out.unreadable = len(unreadable)
 	for _, src := range unreadable {
-		c.metrics.UnreadableRecords.Inc()
-		c.follow(key, src)
+		out.queue(src)
 		if st, _ := c.members.Lookup(src.Cluster); st.Phase >= lifecycle.Connected {
 			wait = true
 		}
@@ -59,7 +58,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 	}
 	var want *endpoints.ImportResult
 	if len(exports) > 0 {
-		if ok, err := c.ensureNamespace(ctx, key); !ok {
+		if ok, err := c.ensureNamespace(ctx, key, out); !ok {
 			return err
 		}
 		res := endpoints.MergeImport(key.Namespace, key.Name, exports)
@@ -79,13 +78,15 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key) error {
 		}
 		plan := endpoints.PlanImport(want, view)
 		if plan.Empty() {
-			c.queueExportStatuses(key, before, view.Import)
+			for _, k := range c.exportStatusKeys(key, before, view.Import) {
+				out.queue(k)
+			}
 			if holder != nil && want != nil {
 				return newConflict(resourceServiceImport, holder, key)
 			}
 			return nil
 		}
-		if err := c.applyImport(ctx, key, plan, conflicts(want)); err != nil {
+		if err := c.applyImport(ctx, key, plan, conflicts(want), out); err != nil {
 			return err
 		}
 	}
@@ -121,13 +122,13 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 	return exports, unreadable, nil
 }
 
-// queueExportStatuses queues the member keys of the clusters a ServiceImport
-// listed before a clusterset sync or lists after it, when the sync changed
-// what the import tells them: which clusters it lists, or its Conflict
+// exportStatusKeys are the member keys of the clusters a ServiceImport
+// listed before a change or lists after it, when the change altered what
+// the import tells them: which clusters it lists, or its Conflict
 // condition. Their syncs copy it onto the members' ServiceExports.
-func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
+func (c *Controller) exportStatusKeys(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
 	if !c.writesExportStatus() || exportFacing(before) == exportFacing(after) {
-		return
+		return nil
 	}
 	clusters := map[string]bool{}
 	for _, imp := range []*mcsv1beta1.ServiceImport{before, after} {
@@ -138,9 +139,11 @@ func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.Serv
 			clusters[s.Cluster] = true
 		}
 	}
+	out := make([]Key, 0, len(clusters))
 	for _, cluster := range slices.Sorted(maps.Keys(clusters)) {
-		c.follow(key, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name})
+		out = append(out, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name})
 	}
+	return out
 }
 
 // exportFacing is what a ServiceImport tells its exports: the clusters it
@@ -167,13 +170,4 @@ func conflicts(res *endpoints.ImportResult) []endpoints.Conflict {
 		return nil
 	}
 	return res.Conflicts
-}
-
-// reportConflicts tells about disagreeing exports on the ServiceImport, once
-// per write of the import rather than once per sync.
-func (c *Controller) reportConflicts(imp *mcsv1beta1.ServiceImport, conflicts []endpoints.Conflict) {
-	for _, cf := range conflicts {
-		c.recorder.Eventf(imp, corev1.EventTypeWarning, ReasonExportConflict, "%s: %s", cf.Reason, cf.Message)
-		klog.InfoS("Export conflict", "serviceImport", klog.KObj(imp), "reason", cf.Reason, "clusters", cf.Clusters)
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	stdsync "sync"
 	"time"
 
@@ -385,15 +384,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	err := c.sync(ctx, key)
 	c.lanes.finish(key)
 	c.metrics.SyncDuration.Observe(time.Since(start).Seconds())
-	// The outcomes of the sync, reported here and nowhere else: conflicts
-	// (an Event, a metric, a log line), then how the key is queued again.
+	// sync settled its outcome; what is left is how the key is queued
+	// again.
 	conflicts := conflictsIn(err)
-	for _, cf := range conflicts {
-		c.reportConflict(cf)
-	}
-	if slices.ContainsFunc(conflicts, func(cf *conflictError) bool { return cf.resyncNow }) {
-		c.add(key, false)
-	}
 	switch {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
@@ -432,12 +425,18 @@ func (c *Controller) setRetrying(key Key, retrying bool) {
 	}
 }
 
-// sync brings the hub objects owned by key in line with the members.
+// sync brings the hub objects owned by key in line with the members, and
+// settles its outcome.
 func (c *Controller) sync(ctx context.Context, key Key) error {
+	var out outcome
+	var err error
 	if key.IsClusterSet() {
-		return c.syncClusterSet(ctx, key)
+		err = c.syncClusterSet(ctx, key, &out)
+	} else {
+		err = c.syncMemberService(ctx, key, &out)
 	}
-	return c.syncMemberService(ctx, key)
+	c.settle(key, &out, err)
+	return err
 }
 
 // Queued returns how many keys wait in this controller's queue (not in

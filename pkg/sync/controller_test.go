@@ -160,16 +160,6 @@ func TestSyncLeavesForeignHubServiceAndReportsConflict(t *testing.T) {
 	if !errors.As(err, &conflict) {
 		t.Fatalf("sync error = %v, want a conflict", err)
 	}
-	if n := testutil.ToFloat64(f.ctrl.metrics.Conflicts.WithLabelValues(resourceService)); n != 0 {
-		t.Errorf("the sync itself reported the conflict (metric %v): reporting is processNext's", n)
-	}
-	// As a worker does: the sync's outcome is reported.
-	f.settle()
-	f.ctrl.add(cartC1, false)
-	for f.ctrl.queue.Len() > 0 {
-		f.ctrl.processNext(f.ctx)
-		f.settle()
-	}
 	got, _ := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
 	if !reflect.DeepEqual(got, foreign) {
 		t.Errorf("foreign Service changed:\n%v", got)
@@ -189,6 +179,20 @@ func TestSyncLeavesForeignHubServiceAndReportsConflict(t *testing.T) {
 		}
 	default:
 		t.Error("no Event recorded for the conflict")
+	}
+	// Reading finds the conflict again, and reports nothing: only the
+	// sync's settling does.
+	f.settle()
+	if _, _, err := f.ctrl.readMember(f.ctx, cartC1); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(f.ctrl.metrics.Conflicts.WithLabelValues(resourceService)); n != 1 {
+		t.Errorf("conflict metric = %v after a read, want still 1", n)
+	}
+	select {
+	case e := <-rec.Events:
+		t.Errorf("a read recorded an Event: %q", e)
+	default:
 	}
 }
 

@@ -24,6 +24,28 @@
 // slice events, echoes included, and an expired write of a slice), and an
 // import whose clusters or Conflict condition changed queues the member keys.
 //
+// # The shape of one sync
+//
+// Every sync of a key goes read → plan → apply → settle:
+//
+//   - read: the member's caches and the hub view of the key (reader.go),
+//     the hub caches overlaid with our unechoed writes. Reading writes
+//     nothing and reports nothing; a name held for another source is an
+//     error value (conflictError), not an Event.
+//   - plan: pure functions of package endpoints (PlanMember, PlanImport).
+//   - apply: the plan's writes (apply.go, through writes.go, which counts
+//     and tracks each write); a hub namespace is created here, after the
+//     read.
+//   - settle (outcome.go): the one place that turns what the sync found
+//     into Events, metrics, log lines, the keys it found work for and the
+//     preconditions it waits for. The steps fill in an outcome; settle
+//     applies it whatever the sync returned, and the worker (processNext)
+//     then queues the key again as its error asks.
+//
+// TestSyncStepsLeaveOutcomesToSettle holds the step files to it: they never
+// record an Event, touch a metric or queue a key themselves. A new feature
+// adds a field to outcome, not a side effect to a step.
+//
 // # Members
 //
 // A member's state is a lifecycle.State, looked up once per sync

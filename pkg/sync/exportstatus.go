@@ -26,7 +26,7 @@ func (c *Controller) writesExportStatus() bool {
 // skipped, so a worker never waits on it: its recovery queues its keys
 // again. A clusterset sync that changes what the import says of the
 // exports queues the keys of its clusters (queueExportStatuses).
-func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle.State, m Member, svc *corev1.Service) error {
+func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle.State, m Member, svc *corev1.Service, out *outcome) error {
 	if m == nil || st.Unreachable || !c.writesExportStatus() {
 		return nil
 	}
@@ -42,7 +42,7 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle
 		nsExists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
 		if !c.opts.CreateNamespaces && !nsExists() {
 			blocked = true
-			c.waitFor(key, waitNamespace(key.Namespace), nsExists)
+			out.waitFor(waitNamespace(key.Namespace), nsExists)
 		}
 		// A ServiceImport name taken by someone else: the import's
 		// creation, once it is free, queues the key.
@@ -64,7 +64,7 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle
 		return nil
 	}
 	err = m.PatchServiceExportConditions(ctx, se, conds)
-	c.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
+	c.countMemberWrite(err)
 	if err != nil {
 		klog.V(2).InfoS("Writing ServiceExport conditions failed", "cluster", key.Cluster, "serviceExport", klog.KObj(se), "err", err)
 	}

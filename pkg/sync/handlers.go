@@ -281,6 +281,14 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 	return h
 }
 
+// queueExportStatuses queues the member keys of exportStatusKeys, found by
+// an event of the ServiceImport of key.
+func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
+	for _, k := range c.exportStatusKeys(key, before, after) {
+		c.follow(key, k)
+	}
+}
+
 // unshadowed queues the keys that read an overlay entry of another key,
 // dropped while the cache shows something else: the clusterset key that
 // merged a slice's record, the member keys that copied an import's status.

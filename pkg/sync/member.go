@@ -2,13 +2,13 @@ package sync
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
@@ -22,16 +22,16 @@ import (
 // view (not connected, or not synced) keeps what the hub holds. A changed
 // record queues the clusterset key, which merges the records; the member's
 // ServiceExport conditions follow the merged import.
-func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
+func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcome) error {
 	st, m := c.members.Lookup(key.Cluster)
 	if !st.Registered() && !c.members.SecretsSynced() {
 		// The member may yet be registered.
-		c.waitFor(key, waitRegistrations(), c.members.SecretsSynced)
+		out.waitFor(waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
 	step := c.unreachableStep(st)
 	if st.Registered() && st.Phase != lifecycle.Synced && step != lifecycle.Withdraw {
-		c.waitFor(key, waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
+		out.waitFor(waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
 		return nil
 	}
 
@@ -52,10 +52,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 				return err
 			}
 			clean, dropped := endpoints.Sanitize(endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices})
-			if dropped > 0 {
-				c.metrics.InvalidEndpoints.Add(float64(dropped))
-				klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", dropped)
-			}
+			out.dropped = dropped
 			clean.Record = endpoints.ExportRecord(e)
 			if step == lifecycle.MarkNotReady {
 				clean = endpoints.MarkNotReady(clean)
@@ -63,33 +60,34 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key) error {
 			src = &clean
 		}
 	}
-	if src != nil {
-		if ok, err := c.ensureNamespace(ctx, key); !ok {
-			if err != nil {
-				return err
-			}
-			return c.syncExportStatus(ctx, key, st, m, svc)
-		}
-	}
 
 	view, holder, err := c.readMember(ctx, key)
 	if err != nil {
 		return err
 	}
+	if src != nil {
+		if ok, err := c.ensureNamespace(ctx, key, out); !ok {
+			if err != nil {
+				return err
+			}
+			return c.syncExportStatus(ctx, key, st, m, svc, out)
+		}
+	}
 	if record, had := endpoints.SourceRecord(key.Namespace, key.Name, key.Cluster, view.Slices); had != (src != nil) || (src != nil && record != src.Record) {
 		// Queued even if a write below fails: the merge reads whatever
 		// record the hub holds then.
-		defer c.follow(key, key.ClusterSet())
+		out.queue(key.ClusterSet())
 	}
 	plan := endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)
 	if err := c.applyMember(ctx, key, plan); err != nil {
 		return err
 	}
 	if src != nil && !plan.Slices.Empty() {
-		c.observePropagation(src.Slices)
+		out.changed = newestChange(src.Slices)
 	}
-	c.recordEndpoints(key, countEndpoints(src))
-	statusErr := c.syncExportStatus(ctx, key, st, m, svc)
+	n := countEndpoints(src)
+	out.endpoints = &n
+	statusErr := c.syncExportStatus(ctx, key, st, m, svc, out)
 	if holder != nil && src != nil && c.opts.PerClusterServices != endpoints.PerClusterOff {
 		return newConflict(resourceService, holder, key)
 	}
@@ -110,10 +108,9 @@ func countEndpoints(src *endpoints.Source) int {
 	return n
 }
 
-// observePropagation records how long the newest member change took to reach
-// the hub. Trigger times from before the daemon started (a cold start
-// catching up) are not observed: they measure downtime, not propagation.
-func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
+// newestChange is the newest member change of slices: their latest
+// last-change-trigger-time, for the propagation metric; zero for none.
+func newestChange(slices []*discoveryv1.EndpointSlice) time.Time {
 	var newest time.Time
 	for _, s := range slices {
 		v, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]
@@ -124,26 +121,23 @@ func (c *Controller) observePropagation(slices []*discoveryv1.EndpointSlice) {
 			newest = t
 		}
 	}
-	if newest.After(c.startTime) {
-		c.metrics.Propagation.Observe(time.Since(newest).Seconds())
-	}
+	return newest
 }
 
 // ensureNamespace reports whether the hub has the key's namespace, creating
 // it when --create-namespaces is set. A missing namespace is not an error to
 // retry: the key waits for the namespace to appear.
-func (c *Controller) ensureNamespace(ctx context.Context, key Key) (bool, error) {
+func (c *Controller) ensureNamespace(ctx context.Context, key Key, out *outcome) (bool, error) {
 	exists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
 	if exists() {
 		return true, nil
 	}
 	ref := &corev1.ObjectReference{Kind: "Namespace", APIVersion: "v1", Name: key.Namespace}
 	if !c.opts.CreateNamespaces {
-		c.metrics.SkippedNamespace.Inc()
-		c.recorder.Eventf(ref, corev1.EventTypeWarning, "NamespaceMissing",
-			"hub has no namespace %q for %s; skipped (start the daemon with --create-namespaces to create it)", key.Namespace, key)
-		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
-		c.waitFor(key, waitNamespace(key.Namespace), exists)
+		out.missingNS = true
+		out.event(ref, corev1.EventTypeWarning, "NamespaceMissing",
+			fmt.Sprintf("hub has no namespace %q for %s; skipped (start the daemon with --create-namespaces to create it)", key.Namespace, key))
+		out.waitFor(waitNamespace(key.Namespace), exists)
 		return false, nil
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}

@@ -256,8 +256,14 @@ func conflictsIn(err error) []*conflictError {
 	return nil
 }
 
+// countWrite and countMemberWrite count one write to the hub or to a
+// member, by its result: the accounting of the write step itself.
 func (c *Controller) countWrite(resource, verb string, err error) {
 	c.metrics.HubWrites.WithLabelValues(resource, verb, resultOf(err)).Inc()
+}
+
+func (c *Controller) countMemberWrite(err error) {
+	c.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
 }
 
 // resultOf is the result label of a write.

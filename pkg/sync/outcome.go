@@ -1,0 +1,110 @@
+package sync
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// outcome is what one sync asks of the controller besides its writes: the
+// keys it found work for, the preconditions it waits for, and what an
+// operator should see. A sync only fills it in; settle applies it, in one
+// place, whatever the sync returned (see the package documentation).
+type outcome struct {
+	follow []Key
+	waits  []pendingWait
+	events []event
+	// dropped counts member endpoints the hub would reject; missingNS is
+	// set when the hub lacks the key's namespace; unreadable counts export
+	// records the merge could not read.
+	dropped, unreadable int
+	missingNS           bool
+	// endpoints is what the key contributes to its cluster's gauge (-1:
+	// nothing), when the sync got that far; changed is the newest member
+	// change it wrote (zero: none).
+	endpoints *int
+	changed   time.Time
+}
+
+// pendingWait is a precondition a sync found missing, and how to tell it
+// holds.
+type pendingWait struct {
+	cond  condition
+	holds func() bool
+}
+
+// event is an Event to record.
+type event struct {
+	obj                    runtime.Object
+	eventType, reason, msg string
+}
+
+func (o *outcome) waitFor(cond condition, holds func() bool) {
+	o.waits = append(o.waits, pendingWait{cond, holds})
+}
+
+func (o *outcome) queue(key Key) { o.follow = append(o.follow, key) }
+
+func (o *outcome) event(obj runtime.Object, eventType, reason, msg string) {
+	o.events = append(o.events, event{obj, eventType, reason, msg})
+}
+
+// exportConflicts records the disagreeing exports of an import that was
+// written, once per write rather than once per sync.
+func (o *outcome) exportConflicts(imp *mcsv1beta1.ServiceImport, conflicts []endpoints.Conflict) {
+	for _, cf := range conflicts {
+		o.event(imp, corev1.EventTypeWarning, ReasonExportConflict, string(cf.Reason)+": "+cf.Message)
+	}
+}
+
+// settle applies what a sync of key asked for: Events, metrics and log
+// lines, the name conflicts its error carries, the keys it found work for
+// and the preconditions it waits for.
+func (c *Controller) settle(key Key, out *outcome, err error) {
+	for _, e := range out.events {
+		c.recorder.Event(e.obj, e.eventType, e.reason, e.msg)
+		if e.reason == ReasonExportConflict {
+			klog.InfoS("Export conflict", "key", key.String(), "message", e.msg)
+		}
+	}
+	if out.dropped > 0 {
+		c.metrics.InvalidEndpoints.Add(float64(out.dropped))
+		klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", out.dropped)
+	}
+	if out.missingNS {
+		c.metrics.SkippedNamespace.Inc()
+		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
+	}
+	for range out.unreadable {
+		c.metrics.UnreadableRecords.Inc()
+	}
+	if out.endpoints != nil {
+		c.recordEndpoints(key, *out.endpoints)
+	}
+	// Trigger times from before the daemon started (a cold start catching
+	// up) measure downtime, not propagation.
+	if out.changed.After(c.startTime) {
+		c.metrics.Propagation.Observe(time.Since(out.changed).Seconds())
+	}
+	conflicts := conflictsIn(err)
+	for _, cf := range conflicts {
+		c.reportConflict(cf)
+	}
+	for _, cf := range conflicts {
+		if cf.resyncNow {
+			c.add(key, false)
+			break
+		}
+	}
+	for _, k := range out.follow {
+		c.follow(key, k)
+	}
+	for _, w := range out.waits {
+		c.waitFor(key, w.cond, w.holds)
+	}
+}

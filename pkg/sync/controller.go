@@ -258,7 +258,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
 		return nil, err
 	}
-	c.written.requeue = func(k Key) { c.add(k, false) }
+	c.written.requeue = func(k Key) { c.enqueue(k, aChange) }
 	c.written.unshadowed = c.unshadowed
 	for resource, inf := range c.hubInformers() {
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
@@ -452,14 +452,6 @@ func (c *Controller) Pending() int {
 	c.retryingMu.Lock()
 	defer c.retryingMu.Unlock()
 	return c.queue.Len() + len(c.retrying) + c.inFlight + len(c.coalescing)
-}
-
-// addCoalesced queues a clusterset key after mergeCoalesce.
-func (c *Controller) addCoalesced(key Key) {
-	c.retryingMu.Lock()
-	c.coalescing[key] = struct{}{}
-	c.retryingMu.Unlock()
-	c.queue.AddAfter(key, mergeCoalesce)
 }
 
 // clusterIndex is the byCluster index function.

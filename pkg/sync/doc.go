@@ -46,6 +46,10 @@
 // record an Event, touch a metric or queue a key themselves. A new feature
 // adds a field to outcome, not a side effect to a step.
 //
+// Keys are queued one way, Controller.enqueue, with the reason (why) that
+// decides their lane, their member's turn and any coalescing; the worker's
+// retries alone go to the rate-limited queue directly.
+//
 // # Members
 //
 // A member's state is a lifecycle.State, looked up once per sync

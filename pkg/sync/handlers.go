@@ -34,7 +34,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
 		}
-		c.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, bulk)
+		c.enqueue(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, lane(bulk))
 	}
 	slice := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
@@ -45,7 +45,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		if svc == "" {
 			return
 		}
-		c.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc}, bulk)
+		c.enqueue(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc}, lane(bulk))
 	}
 	sliceHandler := changeHandler(slice)
 	// A slice moved to another service (label change) must resync the old one.
@@ -89,7 +89,7 @@ func (c *Controller) resyncMember(cluster string) {
 			if !c.opts.Export.NamespaceSelected(s.Namespace) {
 				continue
 			}
-			c.add(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, true)
+			c.enqueue(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, aSweep)
 		}
 		services = len(svcs)
 		// A ServiceExport without its Service has a key too: its status
@@ -100,7 +100,7 @@ func (c *Controller) resyncMember(cluster string) {
 		}
 		for _, se := range exports {
 			if c.opts.Export.NamespaceSelected(se.Namespace) {
-				c.add(Key{Cluster: cluster, Namespace: se.Namespace, Name: se.Name}, true)
+				c.enqueue(Key{Cluster: cluster, Namespace: se.Namespace, Name: se.Name}, aSweep)
 			}
 		}
 	}
@@ -161,7 +161,7 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 	}
 	for _, o := range objs {
 		if m, err := metaOf(o); err == nil {
-			c.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, true)
+			c.enqueue(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, aSweep)
 		}
 	}
 }
@@ -171,8 +171,8 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 // cluster's slices.
 func (c *Controller) enqueueClusterObjects(cluster string) {
 	for _, k := range c.written.ownersIn(cluster) {
-		c.add(k, true)
-		c.add(k.ClusterSet(), true)
+		c.enqueue(k, aSweep)
+		c.enqueue(k.ClusterSet(), aSweep)
 	}
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
@@ -184,8 +184,8 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 		for _, o := range objs {
 			if m, err := metaOf(o); err == nil {
 				if k, ok := hubKey(m); ok {
-					c.add(k, true)
-					c.add(k.ClusterSet(), true)
+					c.enqueue(k, aSweep)
+					c.enqueue(k.ClusterSet(), aSweep)
 				}
 			}
 		}
@@ -285,7 +285,7 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 // an event of the ServiceImport of key.
 func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
 	for _, k := range c.exportStatusKeys(key, before, after) {
-		c.follow(key, k)
+		c.enqueue(k, c.foundBy(key, k))
 	}
 }
 
@@ -295,7 +295,7 @@ func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.Serv
 func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 	switch ref.resource {
 	case resourceEndpointSlice:
-		c.addFor(o.owner.Cluster, o.owner.ClusterSet(), false)
+		c.enqueue(o.owner.ClusterSet(), why{origin: o.owner.Cluster})
 	case resourceServiceImport:
 		overlaid, _ := o.obj.(*mcsv1beta1.ServiceImport)
 		cached, err := c.imports.ServiceImports(ref.namespace).Get(ref.name)
@@ -315,7 +315,7 @@ func (c *Controller) enqueueMerge(obj interface{}) {
 		return
 	}
 	if k, ok := ownerOf(resourceEndpointSlice, m); ok && !k.IsClusterSet() {
-		c.addCoalesced(k.ClusterSet())
+		c.enqueue(k.ClusterSet(), why{coalesce: true})
 	}
 }
 
@@ -335,7 +335,7 @@ func (c *Controller) enqueueHub(resource string, obj interface{}, bulk bool) {
 		return
 	}
 	if k, ok := ownerOf(resource, m); ok {
-		c.add(k, bulk)
+		c.enqueue(k, lane(bulk))
 	}
 }
 
@@ -369,20 +369,6 @@ func changeHandler(f func(obj interface{}, initialList, gone bool)) cache.Resour
 	}
 }
 
-// add queues key in the bulk lane or the live one, in its member's turn.
-func (c *Controller) add(key Key, bulk bool) {
-	c.addFor(key.Cluster, key, bulk)
-}
-
-// addFor queues a key in the turn of cluster, the member that changed.
-// Until Run starts the workers every key goes in bulk: a standby queues
-// the leader's writes as it sees them, and at its takeover a real change
-// must not wait behind them.
-func (c *Controller) addFor(cluster string, key Key, bulk bool) {
-	c.lanes.mark(key, bulk || !c.HasStarted(), cluster)
-	c.queue.Add(key)
-}
-
 func metaOf(obj interface{}) (metav1.Object, error) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -410,21 +396,4 @@ func (c *Controller) wakeMember(cluster string) {
 func (c *Controller) memberSynced(cluster string) bool {
 	st, _ := c.members.Lookup(cluster)
 	return st.Phase == lifecycle.Synced || !st.Registered() || c.unreachableStep(st) == lifecycle.Withdraw
-}
-
-// follow queues key, found by the sync of from, in from's lane: work that a
-// sync finds for another key is as urgent as its own. A clusterset key
-// waits in the turn of the member whose sync queued it; one found by a
-// bulk sync is coalesced (mergeCoalesce).
-func (c *Controller) follow(from, key Key) {
-	bulk := c.lanes.servedBulk(from)
-	if key.IsClusterSet() && bulk {
-		c.addCoalesced(key)
-		return
-	}
-	origin := key.Cluster
-	if key.IsClusterSet() {
-		origin = from.Cluster
-	}
-	c.addFor(origin, key, bulk)
 }

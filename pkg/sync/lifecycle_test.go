@@ -186,10 +186,10 @@ func TestStandbyQueuesInBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := Key{Cluster: "c1", Namespace: "shop", Name: "seen-as-standby"}
-	c.add(seen, false)
+	c.enqueue(seen, aChange)
 	c.startedOnce.Do(func() { close(c.started) })
 	live := Key{Cluster: "c1", Namespace: "shop", Name: "changed-after-takeover"}
-	c.add(live, false)
+	c.enqueue(live, aChange)
 	if got, _ := c.queue.Get(); got != live {
 		t.Errorf("first key after takeover = %v, want the live change %v", got, live)
 	}

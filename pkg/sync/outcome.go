@@ -97,12 +97,12 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	}
 	for _, cf := range conflicts {
 		if cf.resyncNow {
-			c.add(key, false)
+			c.enqueue(key, aChange)
 			break
 		}
 	}
 	for _, k := range out.follow {
-		c.follow(key, k)
+		c.enqueue(k, c.foundBy(key, k))
 	}
 	for _, w := range out.waits {
 		c.waitFor(key, w.cond, w.holds)

@@ -83,7 +83,7 @@ func TestUnreadableRecordOfAnUnconnectedMemberDoesNotFreezeTheMerge(t *testing.T
 	c2 := f.member("c2")
 	_ = c2.services.Add(service("shop", "cart"))
 	c2.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c2", 10, 1, true)}
-	f.ctrl.add(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, false)
+	f.ctrl.enqueue(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, aChange)
 	f.drain()
 	if got := f.importClusters(); !slices.Contains(got, "c2") {
 		t.Fatalf("import clusters %v: c2 never merged while c1 cannot rewrite its record", got)

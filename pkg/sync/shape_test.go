@@ -14,7 +14,7 @@ func TestSyncStepsLeaveOutcomesToSettle(t *testing.T) {
 	files := []string{"member.go", "clusterset.go", "exportstatus.go", "reader.go", "apply.go"}
 	forbidden := map[string]bool{
 		"recorder": true, "metrics": true, "queue": true,
-		"add": true, "addFor": true, "addCoalesced": true, "follow": true, "waitFor": true, "wake": true,
+		"enqueue": true, "waitFor": true, "wake": true,
 		"recordEndpoints": true, "reportConflict": true,
 	}
 	fset := token.NewFileSet()

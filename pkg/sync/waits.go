@@ -134,6 +134,6 @@ func (c *Controller) waitFor(key Key, cond condition, holds func() bool) {
 // wake queues the keys waiting for cond, which now holds.
 func (c *Controller) wake(cond condition, bulk bool) {
 	for _, k := range c.waits.take(cond) {
-		c.add(k, bulk)
+		c.enqueue(k, lane(bulk))
 	}
 }

@@ -258,8 +258,6 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if err := c.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
 		return nil, err
 	}
-	c.written.requeue = func(k Key) { c.enqueue(k, aChange) }
-	c.written.unshadowed = c.unshadowed
 	for resource, inf := range c.hubInformers() {
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
@@ -330,7 +328,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		wait.UntilWithContext(ctx, func(context.Context) { c.written.expire() }, writtenTTL/4)
+		wait.UntilWithContext(ctx, func(context.Context) { c.expireWrites() }, writtenTTL/4)
 	}()
 	for i := 0; i < c.opts.Workers; i++ {
 		wg.Add(1)

@@ -29,7 +29,10 @@
 // Every sync of a key goes read → plan → apply → settle:
 //
 //   - read: the member's caches and the hub view of the key (reader.go),
-//     the hub caches overlaid with our unechoed writes. Reading writes
+//     the hub caches overlaid with our unechoed writes (written.go, the
+//     write tracker, which only tracks: what it finds, owners to sync
+//     again and entries a sync may have read, it keeps as notices that
+//     settle and the expiry loop act on). Reading writes
 //     nothing and reports nothing; a name held for another source is an
 //     error value (conflictError), not an Event.
 //   - plan: pure functions of package endpoints (PlanMember, PlanImport).

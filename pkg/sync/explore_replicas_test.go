@@ -193,6 +193,6 @@ func (w *world) retire(r *replica) {
 // expireWrites expires every replica's unechoed writes due by now.
 func (w *world) expireWrites() {
 	for _, r := range w.replicaList() {
-		r.ctrl.written.expire()
+		r.ctrl.expireWrites()
 	}
 }

@@ -62,6 +62,26 @@ func (o *outcome) exportConflicts(imp *mcsv1beta1.ServiceImport, conflicts []end
 	}
 }
 
+// applyNotices acts on what the write tracker found: owners to sync again,
+// and entries it dropped that a sync may have read.
+func (c *Controller) applyNotices() {
+	for _, n := range c.written.takeNotices() {
+		switch {
+		case n.requeue != nil:
+			c.enqueue(*n.requeue, aChange)
+		case n.unshadowed != nil:
+			c.unshadowed(n.unshadowed.ref, n.unshadowed.entry)
+		}
+	}
+}
+
+// expireWrites expires the tracked writes whose echo did not come, and acts
+// on what that found.
+func (c *Controller) expireWrites() {
+	c.written.expire()
+	c.applyNotices()
+}
+
 // settle applies what a sync of key asked for: Events, metrics and log
 // lines, the name conflicts its error carries, the keys it found work for
 // and the preconditions it waits for.
@@ -104,6 +124,7 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	for _, k := range out.follow {
 		c.enqueue(k, c.foundBy(key, k))
 	}
+	c.applyNotices()
 	for _, w := range out.waits {
 		c.waitFor(key, w.cond, w.holds)
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	stdsync "sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -169,4 +172,43 @@ func (c *Controller) holder(ctx context.Context, resource, namespace, name strin
 		return nil, nil
 	}
 	return live, nil
+}
+
+// readYourWrites returns the object from the cache unless we wrote it since
+// the cache last saw it.
+func readYourWrites[T hubObject](c *Controller, resource, namespace, name string, cached func() (T, error)) (T, error) {
+	if o, ok := c.written.get(resource, namespace, name); ok {
+		if o == nil {
+			var zero T
+			return zero, apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
+		}
+		return o.(T), nil
+	}
+	return cached()
+}
+
+func (c *Controller) liveService(namespace, name string) (*corev1.Service, error) {
+	return readYourWrites(c, resourceService, namespace, name, func() (*corev1.Service, error) {
+		return c.services.Services(namespace).Get(name)
+	})
+}
+
+// liveEndpoints returns the digest of a hub Endpoints.
+func (c *Controller) liveEndpoints(namespace, name string) (*endpoints.EndpointsDigest, error) {
+	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*endpoints.EndpointsDigest, error) {
+		o, ok, err := c.endpointInf.GetIndexer().GetByKey(namespace + "/" + name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, apierrors.NewNotFound(corev1.Resource("endpoints"), name)
+		}
+		return o.(*endpoints.EndpointsDigest), nil
+	})
+}
+
+func (c *Controller) liveImport(namespace, name string) (*mcsv1beta1.ServiceImport, error) {
+	return readYourWrites(c, resourceServiceImport, namespace, name, func() (*mcsv1beta1.ServiceImport, error) {
+		return c.imports.ServiceImports(namespace).Get(name)
+	})
 }

@@ -1,17 +1,15 @@
 package sync
 
 import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
 	stdsync "sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // writtenTTL bounds how long a write is trusted over the cache. Its watch
@@ -46,12 +44,38 @@ type written struct {
 	// delivered meanwhile: most are the echo of that write, racing its
 	// response; end sorts them out.
 	inflight map[objectRef][]echo
-	// requeue queues the owner of an object.
-	requeue func(Key)
-	// unshadowed is told of an overlay entry dropped while the cache does
-	// not show it (forgotten, expired, or overtaken by a failed write): a
-	// sync that read the entry may have seen other than the cache shows.
-	unshadowed func(ref objectRef, o overlayEntry)
+	// notices are what the tracker found that the controller must act on
+	// (takeNotices): it tracks, and never queues a key itself.
+	notices []notice
+}
+
+// notice is one finding of the tracker: an owner to sync again (a change
+// held during its write that was not the write's echo, or a write whose
+// echo never came), or an overlay entry dropped while the cache does not
+// show it (forgotten, expired, or overtaken by a failed write): a sync that
+// read the entry may have seen other than the cache shows.
+type notice struct {
+	requeue    *Key
+	unshadowed *shadow
+}
+
+type shadow struct {
+	ref   objectRef
+	entry overlayEntry
+}
+
+// takeNotices returns and forgets what the tracker found.
+func (w *written) takeNotices() []notice {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.notices
+	w.notices = nil
+	return out
+}
+
+func (w *written) requeueLocked(k Key) { w.notices = append(w.notices, notice{requeue: &k}) }
+func (w *written) unshadowLocked(ref objectRef, o overlayEntry) {
+	w.notices = append(w.notices, notice{unshadowed: &shadow{ref, o}})
 }
 
 type objectRef struct{ resource, namespace, name string }
@@ -83,7 +107,7 @@ type overlayEntry struct {
 
 func newWritten() *written {
 	return &written{echoes: map[objectRef]echo{}, overlay: map[objectRef]overlayEntry{}, sources: map[string]sets.Set[objectRef]{},
-		inflight: map[objectRef][]echo{}, now: time.Now, requeue: func(Key) {}, unshadowed: func(objectRef, overlayEntry) {}}
+		inflight: map[objectRef][]echo{}, now: time.Now}
 }
 
 func refOf(resource string, obj hubObject) objectRef {
@@ -141,13 +165,13 @@ func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 	case deleted:
 		w.putLocked(ref, want, overlayEntry{owner: owner, source: sliceSource(resource, obj)})
 	}
-	w.mu.Unlock()
 	for _, o := range gone {
-		w.unshadowed(ref, o)
+		w.unshadowLocked(ref, o)
 	}
 	if foreign && owned {
-		w.requeue(owner)
+		w.requeueLocked(owner)
 	}
+	w.mu.Unlock()
 }
 
 func (w *written) putLocked(ref objectRef, e echo, o overlayEntry) {
@@ -182,32 +206,32 @@ func (w *written) dropLocked(ref objectRef) {
 func (w *written) forget(resource, namespace, name string) {
 	ref := objectRef{resource, namespace, name}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	o, ok := w.overlay[ref]
 	w.dropLocked(ref)
-	w.mu.Unlock()
 	if ok {
-		w.unshadowed(ref, o)
+		w.unshadowLocked(ref, o)
 	}
 }
 
-// expire drops the writes whose echo did not come within writtenTTL and
-// queues their owners, and tells unshadowed: what the cache shows of them is
-// what counts now.
+// expire drops the writes whose echo did not come within writtenTTL, and
+// notes their owners to sync again and the entries as unshadowed: what the
+// cache shows of them is what counts now.
 func (w *written) expire() {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	now := w.now()
-	gone := map[objectRef]overlayEntry{}
-	for ref, o := range w.overlay {
-		if now.Sub(o.at) > writtenTTL {
+	for _, ref := range slices.SortedFunc(maps.Keys(w.overlay), compareRefs) {
+		if o := w.overlay[ref]; now.Sub(o.at) > writtenTTL {
 			w.dropLocked(ref)
-			gone[ref] = o
+			w.requeueLocked(o.owner)
+			w.unshadowLocked(ref, o)
 		}
 	}
-	w.mu.Unlock()
-	for ref, o := range gone {
-		w.requeue(o.owner)
-		w.unshadowed(ref, o)
-	}
+}
+
+func compareRefs(a, b objectRef) int {
+	return cmp.Or(strings.Compare(a.resource, b.resource), strings.Compare(a.namespace, b.namespace), strings.Compare(a.name, b.name))
 }
 
 // ownersIn returns the owners of the tracked writes of cluster's objects.
@@ -313,43 +337,4 @@ func sliceSource(resource string, obj hubObject) string {
 		return sourceKey(k)
 	}
 	return ""
-}
-
-// readYourWrites returns the object from the cache unless we wrote it since
-// the cache last saw it.
-func readYourWrites[T hubObject](c *Controller, resource, namespace, name string, cached func() (T, error)) (T, error) {
-	if o, ok := c.written.get(resource, namespace, name); ok {
-		if o == nil {
-			var zero T
-			return zero, apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
-		}
-		return o.(T), nil
-	}
-	return cached()
-}
-
-func (c *Controller) liveService(namespace, name string) (*corev1.Service, error) {
-	return readYourWrites(c, resourceService, namespace, name, func() (*corev1.Service, error) {
-		return c.services.Services(namespace).Get(name)
-	})
-}
-
-// liveEndpoints returns the digest of a hub Endpoints.
-func (c *Controller) liveEndpoints(namespace, name string) (*endpoints.EndpointsDigest, error) {
-	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*endpoints.EndpointsDigest, error) {
-		o, ok, err := c.endpointInf.GetIndexer().GetByKey(namespace + "/" + name)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, apierrors.NewNotFound(corev1.Resource("endpoints"), name)
-		}
-		return o.(*endpoints.EndpointsDigest), nil
-	})
-}
-
-func (c *Controller) liveImport(namespace, name string) (*mcsv1beta1.ServiceImport, error) {
-	return readYourWrites(c, resourceServiceImport, namespace, name, func() (*mcsv1beta1.ServiceImport, error) {
-		return c.imports.ServiceImports(namespace).Get(name)
-	})
 }

@@ -94,7 +94,7 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 	now := time.Unix(0, 0)
 	w.now = func() time.Time { return now }
 	var requeued []Key
-	w.requeue = func(k Key) { requeued = append(requeued, k) }
+	drain := func() { requeued = append(requeued, requeuedIn(w)...) }
 	svc := func(rv string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv, UID: "u1",
 			Labels: map[string]string{endpoints.LabelSourceCluster: "c1", endpoints.LabelServiceName: "cart"}}}
@@ -130,6 +130,7 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 
 	wrote(w, resourceService, svc("3"))
 	w.expire()
+	drain()
 	if !tracked() || len(requeued) != 0 {
 		t.Fatalf("a fresh write expired (requeued %v)", requeued)
 	}
@@ -140,6 +141,7 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 	// The expiry queues the owner: the cache may hold a change we never
 	// saw an event for.
 	w.expire()
+	drain()
 	if want := []Key{cartC1}; !reflect.DeepEqual(requeued, want) || w.len() != 0 {
 		t.Fatalf("expiry queued %v and left %d entries, want %v and none", requeued, w.len(), want)
 	}
@@ -151,7 +153,7 @@ func TestWrittenIsForgottenOnceTheCacheCatchesUp(t *testing.T) {
 func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 	w := newWritten()
 	var requeued []Key
-	w.requeue = func(k Key) { requeued = append(requeued, k) }
+	drain := func() { requeued = append(requeued, requeuedIn(w)...) }
 	svc := func(rv string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-c1", ResourceVersion: rv,
 			Labels: map[string]string{endpoints.LabelSourceCluster: "c1", endpoints.LabelServiceName: "cart"}}}
@@ -161,6 +163,7 @@ func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 		t.Fatal("an event racing a write was not held")
 	}
 	w.end(resourceService, svc("4"), svc("5"), false)
+	drain()
 	if len(requeued) != 0 {
 		t.Fatalf("the echo of a write queued its owner: %q", requeued)
 	}
@@ -168,6 +171,7 @@ func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 	w.begin(resourceService, svc("5"))
 	w.seen(resourceService, svc("6"), false) // someone else's write
 	w.end(resourceService, svc("5"), nil, false)
+	drain()
 	if len(requeued) != 1 {
 		t.Fatalf("a foreign change held during a failed write was lost: requeued %q", requeued)
 	}
@@ -175,6 +179,7 @@ func TestWrittenHoldsEventsRacingTheirWrite(t *testing.T) {
 	w.begin(resourceService, svc("6"))
 	w.seen(resourceService, svc("6"), true)
 	w.end(resourceService, svc("6"), nil, true)
+	drain()
 	if len(requeued) != 1 {
 		t.Fatalf("the echo of a delete queued its owner: %q", requeued)
 	}
@@ -236,8 +241,12 @@ func TestWrittenEchoedInFlightIsNotRecorded(t *testing.T) {
 func TestWrittenFailedWriteWhileTheCacheMovedBelievesTheCache(t *testing.T) {
 	w := newWritten()
 	var unshadowed []string
-	w.unshadowed = func(ref objectRef, o overlayEntry) {
-		unshadowed = append(unshadowed, ref.name+"@"+o.obj.GetResourceVersion())
+	drain := func() {
+		for _, n := range w.takeNotices() {
+			if u := n.unshadowed; u != nil {
+				unshadowed = append(unshadowed, u.ref.name+"@"+u.entry.obj.GetResourceVersion())
+			}
+		}
 	}
 	imp := func(rv string) *mcsv1beta1.ServiceImport {
 		return &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", ResourceVersion: rv}}
@@ -256,6 +265,7 @@ func TestWrittenFailedWriteWhileTheCacheMovedBelievesTheCache(t *testing.T) {
 	w.seen(resourceServiceImport, imp("7"), false)
 	w.seen(resourceServiceImport, imp("8"), false)
 	w.end(resourceServiceImport, imp("7"), nil, false)
+	drain()
 	if got := read(); got != "cache" {
 		t.Fatalf("after the failed write the overlay shadows the cache with %s", got)
 	}
@@ -267,7 +277,19 @@ func TestWrittenFailedWriteWhileTheCacheMovedBelievesTheCache(t *testing.T) {
 	w.begin(resourceServiceImport, imp("8"))
 	w.end(resourceServiceImport, imp("8"), imp("9"), false)
 	w.forget(resourceServiceImport, "shop", "cart")
+	drain()
 	if got := read(); got != "cache" || !reflect.DeepEqual(unshadowed, []string{"cart@7", "cart@9"}) {
 		t.Errorf("after forget: read %s, unshadowed %q", got, unshadowed)
 	}
+}
+
+// requeuedIn returns the owners the tracker found to sync again.
+func requeuedIn(w *written) []Key {
+	var out []Key
+	for _, n := range w.takeNotices() {
+		if n.requeue != nil {
+			out = append(out, *n.requeue)
+		}
+	}
+	return out
 }

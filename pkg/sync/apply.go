@@ -23,61 +23,61 @@ import (
 // Then the per-cluster pair: a withdrawn Endpoints before its Service, so
 // nothing routes to a half-removed pair, and a new Service before its
 // Endpoints. A slice write that fails does not stop the others.
-func (c *Controller) applyMember(ctx context.Context, key Key, plan endpoints.MemberPlan) error {
+func (w *hubWriter) applyMember(ctx context.Context, key Key, plan endpoints.MemberPlan) error {
 	var errs *multierror.Error
 	if !plan.Slices.Empty() {
 		klog.V(4).InfoS("Writing slices", "key", key.String(), "create", len(plan.Slices.Create), "update", len(plan.Slices.Update), "delete", len(plan.Slices.Delete))
 	}
-	ops := c.sliceOps()
+	ops := w.sliceOps()
 	for _, s := range plan.Slices.Create {
-		_, err := create(ctx, c, ops, key, s)
+		_, err := create(ctx, w, ops, key, s)
 		errs = multierror.Append(errs, err)
 	}
 	for _, s := range plan.Slices.Update {
-		_, err := update(ctx, c, ops, s)
+		_, err := update(ctx, w, ops, s)
 		errs = multierror.Append(errs, err)
 	}
 	for _, s := range plan.Slices.Delete {
-		errs = multierror.Append(errs, remove(ctx, c, ops, s))
+		errs = multierror.Append(errs, remove(ctx, w, ops, s))
 	}
-	errs = multierror.Append(errs, c.applyPerCluster(ctx, key, plan))
+	errs = multierror.Append(errs, w.applyPerCluster(ctx, key, plan))
 	return errs.ErrorOrNil()
 }
 
-func (c *Controller) applyPerCluster(ctx context.Context, key Key, plan endpoints.MemberPlan) error {
-	epsOps := c.endpointsOps()
+func (w *hubWriter) applyPerCluster(ctx context.Context, key Key, plan endpoints.MemberPlan) error {
+	epsOps := w.endpointsOps()
 	if e := plan.Endpoints.Delete; e != nil {
-		if err := remove(ctx, c, epsOps, e); err != nil {
+		if err := remove(ctx, w, epsOps, e); err != nil {
 			return err
 		}
 	}
-	if err := c.applyService(ctx, key, plan.Service); err != nil {
+	if err := w.applyService(ctx, key, plan.Service); err != nil {
 		return err
 	}
 	var err error
 	switch {
 	case plan.Endpoints.Create != nil:
-		_, err = create(ctx, c, epsOps, key, plan.Endpoints.Create)
+		_, err = create(ctx, w, epsOps, key, plan.Endpoints.Create)
 	case plan.Endpoints.Update != nil:
-		_, err = update(ctx, c, epsOps, plan.Endpoints.Update)
+		_, err = update(ctx, w, epsOps, plan.Endpoints.Update)
 	}
 	return err
 }
 
 // applyService writes one Service change: a recreate deletes first.
-func (c *Controller) applyService(ctx context.Context, key Key, ch endpoints.ServiceChange) error {
-	svcOps := c.serviceOps()
+func (w *hubWriter) applyService(ctx context.Context, key Key, ch endpoints.ServiceChange) error {
+	svcOps := w.serviceOps()
 	if ch.Delete != nil {
-		if err := remove(ctx, c, svcOps, ch.Delete); err != nil {
+		if err := remove(ctx, w, svcOps, ch.Delete); err != nil {
 			return err
 		}
 	}
 	var err error
 	switch {
 	case ch.Create != nil:
-		_, err = create(ctx, c, svcOps, key, ch.Create)
+		_, err = create(ctx, w, svcOps, key, ch.Create)
 	case ch.Update != nil:
-		_, err = update(ctx, c, svcOps, ch.Update)
+		_, err = update(ctx, w, svcOps, ch.Update)
 	}
 	return err
 }
@@ -85,33 +85,33 @@ func (c *Controller) applyService(ctx context.Context, key Key, ch endpoints.Ser
 // applyImport writes one round of a clusterset key's plan: the import's
 // create, the derived Service, then the import's spec or status, or for a
 // withdrawal the derived Service before the import.
-func (c *Controller) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan, conflicts []endpoints.Conflict, out *outcome) error {
-	impOps := c.importOps()
+func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan, conflicts []endpoints.Conflict, out *outcome) error {
+	impOps := w.importOps()
 	if p := plan.CreateImport; p != nil {
-		created, err := create(ctx, c, impOps, key, p)
+		created, err := create(ctx, w, impOps, key, p)
 		if err != nil {
 			return err
 		}
 		out.exportConflicts(created, conflicts)
 	}
-	if err := c.applyService(ctx, key, plan.Derived); err != nil {
+	if err := w.applyService(ctx, key, plan.Derived); err != nil {
 		return err
 	}
 	if p := plan.DeleteImport; p != nil {
-		if err := remove(ctx, c, impOps, p); err != nil {
+		if err := remove(ctx, w, impOps, p); err != nil {
 			return err
 		}
 	}
 	if p := plan.UpdateImport; p != nil {
-		updated, err := update(ctx, c, impOps, p)
+		updated, err := update(ctx, w, impOps, p)
 		if err != nil {
 			return err
 		}
 		out.exportConflicts(updated, conflicts)
 	}
 	if p := plan.UpdateImportStatus; p != nil {
-		_, err := sendUpdate(c, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {
-			return c.hubMCS.MulticlusterV1beta1().ServiceImports(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: fieldManager})
+		_, err := sendUpdate(w, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {
+			return w.hubMCS.MulticlusterV1beta1().ServiceImports(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: fieldManager})
 		})
 		return err
 	}

@@ -69,7 +69,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 	// previous one wrote (see endpoints.ImportPlan).
 	var before *mcsv1beta1.ServiceImport
 	for round := range importRounds {
-		view, holder, err := c.readImport(ctx, key)
+		view, holder, err := c.read.readImport(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 			}
 			return nil
 		}
-		if err := c.applyImport(ctx, key, plan, conflicts(want), out); err != nil {
+		if err := c.write.applyImport(ctx, key, plan, conflicts(want), out); err != nil {
 			return err
 		}
 	}
@@ -103,7 +103,7 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 			continue // unregistered since Names
 		}
 		src := Key{Cluster: name, Namespace: key.Namespace, Name: key.Name}
-		hubSlices, err := c.hubSlices(src)
+		hubSlices, err := c.read.hubSlices(src)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -132,6 +132,10 @@ type Controller struct {
 	taken taken
 	// policy times the steps of unreachable members' policies.
 	policy *policyTimers
+	// read and write are the read and apply steps of a sync: one has
+	// listers and no client that writes, the other clients and no listers.
+	read  *hubReader
+	write *hubWriter
 
 	// starters start the hub informer factories.
 	starters []func(stop <-chan struct{})
@@ -246,6 +250,17 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	c.nsInf = nsFactory.Core().V1().Namespaces().Informer()
 	c.namespaces = nsFactory.Core().V1().Namespaces().Lister()
 	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
+	c.read = &hubReader{
+		services: c.services, endpoints: c.endpointInf.GetIndexer(), slices: c.sliceInf.GetIndexer(),
+		imports: c.imports, namespaces: c.namespaces, written: c.written, taken: &c.taken,
+		getService: func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+			return hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		getImport: func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error) {
+			return hubMCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+	c.write = &hubWriter{hub: hub, hubMCS: hubMCS, written: c.written, taken: &c.taken, metrics: c.metrics}
 
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		if err := inf.AddIndexers(cache.Indexers{byCluster: clusterIndex}); err != nil {

@@ -183,7 +183,7 @@ func TestSyncLeavesForeignHubServiceAndReportsConflict(t *testing.T) {
 	// Reading finds the conflict again, and reports nothing: only the
 	// sync's settling does.
 	f.settle()
-	if _, _, err := f.ctrl.readMember(f.ctx, cartC1); err != nil {
+	if _, _, err := f.ctrl.read.readMember(f.ctx, cartC1); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.ToFloat64(f.ctrl.metrics.Conflicts.WithLabelValues(resourceService)); n != 1 {

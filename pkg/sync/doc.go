@@ -38,7 +38,10 @@
 //   - plan: pure functions of package endpoints (PlanMember, PlanImport).
 //   - apply: the plan's writes (apply.go, through writes.go, which counts
 //     and tracks each write); a hub namespace is created here, after the
-//     read.
+//     read. The read step is a hubReader (listers, and getters past the
+//     cache for names found taken; no client that writes), the apply step
+//     a hubWriter (clients, no listers); TestReaderCannotWriteAndWriterHasNoListers
+//     holds their types to it.
 //   - settle (outcome.go): the one place that turns what the sync found
 //     into Events, metrics, log lines, the keys it found work for and the
 //     preconditions it waits for. The steps fill in an outcome; settle

@@ -34,19 +34,19 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle
 	if se == nil {
 		return nil
 	}
-	imp, err := c.liveImport(key.Namespace, key.Name)
+	imp, err := c.read.liveImport(key.Namespace, key.Name)
 	blocked := false // this hub cannot import the service
 	switch {
 	case apierrors.IsNotFound(err):
 		imp = nil
-		nsExists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
+		nsExists := func() bool { return c.read.hasNamespace(key.Namespace) }
 		if !c.opts.CreateNamespaces && !nsExists() {
 			blocked = true
 			out.waitFor(waitNamespace(key.Namespace), nsExists)
 		}
 		// A ServiceImport name taken by someone else: the import's
 		// creation, once it is free, queues the key.
-		blocked = blocked || c.taken.has(objectRef{resourceServiceImport, key.Namespace, key.Name})
+		blocked = blocked || c.read.taken.has(objectRef{resourceServiceImport, key.Namespace, key.Name})
 	case err != nil:
 		return err
 	case !ownedBy(imp, key.ClusterSet()):
@@ -64,7 +64,7 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle
 		return nil
 	}
 	err = m.PatchServiceExportConditions(ctx, se, conds)
-	c.countMemberWrite(err)
+	c.write.countMemberWrite(err)
 	if err != nil {
 		klog.V(2).InfoS("Writing ServiceExport conditions failed", "cluster", key.Cluster, "serviceExport", klog.KObj(se), "err", err)
 	}

@@ -73,7 +73,7 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 				continue
 			}
 			err := c.hub.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
-			c.countWrite(resourceLease, verbDelete, err)
+			c.write.countWrite(resourceLease, verbDelete, err)
 			if err == nil || apierrors.IsNotFound(err) {
 				delete(known, name)
 			}
@@ -129,7 +129,7 @@ func (c *Controller) renewLease(ctx context.Context, cluster string, last *coord
 				},
 			}
 			out, err := api.Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
-			c.countWrite(resourceLease, verbCreate, err)
+			c.write.countWrite(resourceLease, verbCreate, err)
 			return out, err
 		case err != nil:
 			return nil, err
@@ -141,6 +141,6 @@ func (c *Controller) renewLease(ctx context.Context, cluster string, last *coord
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.opts.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &now
 	out, err := api.Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
-	c.countWrite(resourceLease, verbUpdate, err)
+	c.write.countWrite(resourceLease, verbUpdate, err)
 	return out, err
 }

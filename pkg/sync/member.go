@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
@@ -61,7 +60,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		}
 	}
 
-	view, holder, err := c.readMember(ctx, key)
+	view, holder, err := c.read.readMember(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		out.queue(key.ClusterSet())
 	}
 	plan := endpoints.PlanMember(key.Namespace, key.Name, key.Cluster, src, c.opts.PerClusterServices, view)
-	if err := c.applyMember(ctx, key, plan); err != nil {
+	if err := c.write.applyMember(ctx, key, plan); err != nil {
 		return err
 	}
 	if src != nil && !plan.Slices.Empty() {
@@ -128,7 +127,7 @@ func newestChange(slices []*discoveryv1.EndpointSlice) time.Time {
 // it when --create-namespaces is set. A missing namespace is not an error to
 // retry: the key waits for the namespace to appear.
 func (c *Controller) ensureNamespace(ctx context.Context, key Key, out *outcome) (bool, error) {
-	exists := func() bool { _, err := c.namespaces.Get(key.Namespace); return err == nil }
+	exists := func() bool { return c.read.hasNamespace(key.Namespace) }
 	if exists() {
 		return true, nil
 	}
@@ -140,10 +139,7 @@ func (c *Controller) ensureNamespace(ctx context.Context, key Key, out *outcome)
 		out.waitFor(waitNamespace(key.Namespace), exists)
 		return false, nil
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}
-	_, err := c.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
-	c.countWrite(resourceNamespace, verbCreate, err)
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.write.createNamespace(ctx, key.Namespace); err != nil {
 		return false, err
 	}
 	return true, nil

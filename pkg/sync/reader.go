@@ -6,9 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -22,46 +24,67 @@ import (
 // what it can without that name and reports the conflict, which parks the
 // key until it looks again.
 
+// hubReader reads what the hub holds of a key's objects: the hub caches
+// overlaid with our tracked writes. It has listers and, for a name found
+// taken, getters that read past the cache; no client that writes.
+type hubReader struct {
+	services   corelisters.ServiceLister
+	endpoints  cache.Indexer // digests
+	slices     cache.Indexer // digests, indexed bySource
+	imports    mcslisters.ServiceImportLister
+	namespaces corelisters.NamespaceLister
+	written    *written
+	taken      *taken
+	getService func(ctx context.Context, namespace, name string) (*corev1.Service, error)
+	getImport  func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error)
+}
+
+// hasNamespace reports whether the hub has a namespace.
+func (r *hubReader) hasNamespace(ns string) bool {
+	_, err := r.namespaces.Get(ns)
+	return err == nil
+}
+
 // readMember returns the hub view of a member key, and the object of
 // someone else that holds its per-cluster Service's name, if one does.
-func (c *Controller) readMember(ctx context.Context, key Key) (endpoints.MemberView, hubObject, error) {
+func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberView, hubObject, error) {
 	var view endpoints.MemberView
 	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
-	svc, err := c.liveService(key.Namespace, name)
+	svc, err := r.liveService(key.Namespace, name)
 	if view.Service, err = owned(resourceService, key, svc, err); err != nil {
 		return view, nil, err
 	}
-	eps, err := c.liveEndpoints(key.Namespace, name)
+	eps, err := r.liveEndpoints(key.Namespace, name)
 	if view.Endpoints, err = owned(resourceEndpoints, key, eps, err); err != nil {
 		return view, nil, err
 	}
 	var holder hubObject
 	if view.Service == nil {
-		if holder, err = c.holder(ctx, resourceService, key.Namespace, name); err != nil {
+		if holder, err = r.holder(ctx, resourceService, key.Namespace, name); err != nil {
 			return view, nil, err
 		}
 		view.ServiceTaken = holder != nil
 	}
-	view.Slices, err = c.hubSlices(key)
+	view.Slices, err = r.hubSlices(key)
 	return view, holder, err
 }
 
 // readImport returns the hub view of a clusterset key, and the object of
 // someone else that holds its ServiceImport's name, if one does.
-func (c *Controller) readImport(ctx context.Context, key Key) (endpoints.ImportView, hubObject, error) {
+func (r *hubReader) readImport(ctx context.Context, key Key) (endpoints.ImportView, hubObject, error) {
 	var view endpoints.ImportView
-	imp, err := c.liveImport(key.Namespace, key.Name)
+	imp, err := r.liveImport(key.Namespace, key.Name)
 	if view.Import, err = owned(resourceServiceImport, key, imp, err); err != nil {
 		return view, nil, err
 	}
 	var holder hubObject
 	if view.Import == nil {
-		if holder, err = c.holder(ctx, resourceServiceImport, key.Namespace, key.Name); err != nil {
+		if holder, err = r.holder(ctx, resourceServiceImport, key.Namespace, key.Name); err != nil {
 			return view, nil, err
 		}
 		view.ImportTaken = holder != nil
 	}
-	svc, err := c.liveService(key.Namespace, endpoints.DerivedServiceName(key.Namespace, key.Name))
+	svc, err := r.liveService(key.Namespace, endpoints.DerivedServiceName(key.Namespace, key.Name))
 	view.Derived, err = owned(resourceService, key, svc, err)
 	return view, holder, err
 }
@@ -88,9 +111,9 @@ func owned[T hubObject](resource string, key Key, live T, err error) (T, error) 
 
 // hubSlices returns our hub slices sourced from key, as cached or, where
 // the cache has not seen our last write yet, as written; read-only.
-func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
+func (r *hubReader) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
 	source := sourceKey(key)
-	objs, err := c.sliceInf.GetIndexer().ByIndex(bySource, source)
+	objs, err := r.slices.ByIndex(bySource, source)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +123,7 @@ func (c *Controller) hubSlices(key Key) ([]*endpoints.SliceDigest, error) {
 			byName[s.Name] = s
 		}
 	}
-	for name, o := range c.written.sourceSlices(source) {
+	for name, o := range r.written.sourceSlices(source) {
 		if o == nil {
 			delete(byName, name)
 		} else {
@@ -147,28 +170,28 @@ func (t *taken) has(ref objectRef) bool {
 // holder returns the object not ours that holds a name found taken, read
 // past the cache (the holder may have gone without our caches seeing it),
 // or nil.
-func (c *Controller) holder(ctx context.Context, resource, namespace, name string) (hubObject, error) {
+func (r *hubReader) holder(ctx context.Context, resource, namespace, name string) (hubObject, error) {
 	ref := objectRef{resource, namespace, name}
-	if !c.taken.has(ref) {
+	if !r.taken.has(ref) {
 		return nil, nil
 	}
 	var live hubObject
 	var err error
 	switch resource {
 	case resourceService:
-		live, err = c.hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		live, err = r.getService(ctx, namespace, name)
 	case resourceServiceImport:
-		live, err = c.hubMCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{})
+		live, err = r.getImport(ctx, namespace, name)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		c.taken.set(ref, false)
+		r.taken.set(ref, false)
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
 	if live.GetLabels()[endpoints.LabelManagedBy] == endpoints.ManagedByValue {
-		c.taken.set(ref, false)
+		r.taken.set(ref, false)
 		return nil, nil
 	}
 	return live, nil
@@ -176,8 +199,8 @@ func (c *Controller) holder(ctx context.Context, resource, namespace, name strin
 
 // readYourWrites returns the object from the cache unless we wrote it since
 // the cache last saw it.
-func readYourWrites[T hubObject](c *Controller, resource, namespace, name string, cached func() (T, error)) (T, error) {
-	if o, ok := c.written.get(resource, namespace, name); ok {
+func readYourWrites[T hubObject](w *written, resource, namespace, name string, cached func() (T, error)) (T, error) {
+	if o, ok := w.get(resource, namespace, name); ok {
 		if o == nil {
 			var zero T
 			return zero, apierrors.NewNotFound(schema.GroupResource{Resource: resource}, name)
@@ -187,16 +210,16 @@ func readYourWrites[T hubObject](c *Controller, resource, namespace, name string
 	return cached()
 }
 
-func (c *Controller) liveService(namespace, name string) (*corev1.Service, error) {
-	return readYourWrites(c, resourceService, namespace, name, func() (*corev1.Service, error) {
-		return c.services.Services(namespace).Get(name)
+func (r *hubReader) liveService(namespace, name string) (*corev1.Service, error) {
+	return readYourWrites(r.written, resourceService, namespace, name, func() (*corev1.Service, error) {
+		return r.services.Services(namespace).Get(name)
 	})
 }
 
 // liveEndpoints returns the digest of a hub Endpoints.
-func (c *Controller) liveEndpoints(namespace, name string) (*endpoints.EndpointsDigest, error) {
-	return readYourWrites(c, resourceEndpoints, namespace, name, func() (*endpoints.EndpointsDigest, error) {
-		o, ok, err := c.endpointInf.GetIndexer().GetByKey(namespace + "/" + name)
+func (r *hubReader) liveEndpoints(namespace, name string) (*endpoints.EndpointsDigest, error) {
+	return readYourWrites(r.written, resourceEndpoints, namespace, name, func() (*endpoints.EndpointsDigest, error) {
+		o, ok, err := r.endpoints.GetByKey(namespace + "/" + name)
 		if err != nil {
 			return nil, err
 		}
@@ -207,8 +230,8 @@ func (c *Controller) liveEndpoints(namespace, name string) (*endpoints.Endpoints
 	})
 }
 
-func (c *Controller) liveImport(namespace, name string) (*mcsv1beta1.ServiceImport, error) {
-	return readYourWrites(c, resourceServiceImport, namespace, name, func() (*mcsv1beta1.ServiceImport, error) {
-		return c.imports.ServiceImports(namespace).Get(name)
+func (r *hubReader) liveImport(namespace, name string) (*mcsv1beta1.ServiceImport, error) {
+	return readYourWrites(r.written, resourceServiceImport, namespace, name, func() (*mcsv1beta1.ServiceImport, error) {
+		return r.imports.ServiceImports(namespace).Get(name)
 	})
 }

@@ -4,7 +4,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"reflect"
+	"strings"
 	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 // The sync's shape, held by a test: the files that read, plan and apply one
@@ -33,5 +39,27 @@ func TestSyncStepsLeaveOutcomesToSettle(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// The read step has no client that writes, and the apply step no listers:
+// held by the types of hubReader and hubWriter.
+func TestReaderCannotWriteAndWriterHasNoListers(t *testing.T) {
+	clients := []reflect.Type{reflect.TypeFor[kubernetes.Interface](), reflect.TypeFor[mcsclientset.Interface]()}
+	rt := reflect.TypeFor[hubReader]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		for _, c := range clients {
+			if f.Type == c || (f.Type.Kind() == reflect.Interface && f.Type.Implements(c)) {
+				t.Errorf("hubReader.%s is a client that writes (%s)", f.Name, f.Type)
+			}
+		}
+	}
+	wt := reflect.TypeFor[hubWriter]()
+	for i := range wt.NumField() {
+		f := wt.Field(i)
+		if strings.Contains(f.Type.String(), "Lister") || f.Type == reflect.TypeFor[cache.Indexer]() || f.Type == reflect.TypeFor[cache.SharedIndexInformer]() {
+			t.Errorf("hubWriter.%s reads a cache (%s)", f.Name, f.Type)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -53,6 +55,17 @@ type hubObject interface {
 	runtime.Object
 }
 
+// hubWriter makes the hub writes of a plan: clients, the write tracker and
+// write accounting; no listers. A GET past the cache tells a create that
+// found its name taken whether our cache lags or someone else holds it.
+type hubWriter struct {
+	hub     kubernetes.Interface
+	hubMCS  mcsclientset.Interface
+	written *written
+	taken   *taken
+	metrics *Metrics
+}
+
 // ops are the typed client calls for one hub resource.
 type ops[T hubObject] struct {
 	resource string
@@ -63,74 +76,74 @@ type ops[T hubObject] struct {
 	get func(ctx context.Context, namespace, name string) (T, error)
 }
 
-func (c *Controller) serviceOps() ops[*corev1.Service] {
+func (w *hubWriter) serviceOps() ops[*corev1.Service] {
 	return ops[*corev1.Service]{
 		resource: resourceService,
 		create: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
-			return c.hub.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+			return w.hub.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
 		},
 		update: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
-			return c.hub.CoreV1().Services(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+			return w.hub.CoreV1().Services(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
 		},
 		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return c.hub.CoreV1().Services(ns).Delete(ctx, name, opts)
+			return w.hub.CoreV1().Services(ns).Delete(ctx, name, opts)
 		},
 		get: func(ctx context.Context, ns, name string) (*corev1.Service, error) {
-			return c.hub.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			return w.hub.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }
 
-func (c *Controller) endpointsOps() ops[*corev1.Endpoints] {
+func (w *hubWriter) endpointsOps() ops[*corev1.Endpoints] {
 	return ops[*corev1.Endpoints]{
 		resource: resourceEndpoints,
 		create: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
-			return c.hub.CoreV1().Endpoints(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+			return w.hub.CoreV1().Endpoints(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
 		},
 		update: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
-			return c.hub.CoreV1().Endpoints(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+			return w.hub.CoreV1().Endpoints(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
 		},
 		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return c.hub.CoreV1().Endpoints(ns).Delete(ctx, name, opts)
+			return w.hub.CoreV1().Endpoints(ns).Delete(ctx, name, opts)
 		},
 		get: func(ctx context.Context, ns, name string) (*corev1.Endpoints, error) {
-			return c.hub.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+			return w.hub.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }
 
-func (c *Controller) sliceOps() ops[*discoveryv1.EndpointSlice] {
+func (w *hubWriter) sliceOps() ops[*discoveryv1.EndpointSlice] {
 	return ops[*discoveryv1.EndpointSlice]{
 		resource: resourceEndpointSlice,
 		create: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
-			return c.hub.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+			return w.hub.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
 		},
 		update: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
-			return c.hub.DiscoveryV1().EndpointSlices(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+			return w.hub.DiscoveryV1().EndpointSlices(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
 		},
 		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return c.hub.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, opts)
+			return w.hub.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, opts)
 		},
 		get: func(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, error) {
-			return c.hub.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
+			return w.hub.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }
 
-func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
+func (w *hubWriter) importOps() ops[*mcsv1beta1.ServiceImport] {
 	return ops[*mcsv1beta1.ServiceImport]{
 		resource: resourceServiceImport,
 		create: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
-			return c.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+			return w.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
 		},
 		update: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
-			return c.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+			return w.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
 		},
 		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return c.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, name, opts)
+			return w.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, name, opts)
 		},
 		get: func(ctx context.Context, ns, name string) (*mcsv1beta1.ServiceImport, error) {
-			return c.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
+			return w.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 }
@@ -138,10 +151,10 @@ func (c *Controller) importOps() ops[*mcsv1beta1.ServiceImport] {
 // create writes a new hub object. If the name is taken by an object we do
 // not own for key, it reports a conflict instead of touching it; if it is
 // ours (our cache lags), the error makes the key retry.
-func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, obj T) (T, error) {
-	out, err := send(c, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
+func create[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, obj T) (T, error) {
+	out, err := send(w, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
 	if apierrors.IsAlreadyExists(err) {
-		c.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
+		w.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
 		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
 		if gerr != nil {
 			return out, gerr
@@ -150,7 +163,7 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 			err := newConflict(o.resource, live, key)
 			// A name newly found taken: sync again at once, as without the
 			// name what the key holds under it must go (see readMember).
-			err.resyncNow = live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && c.taken.set(refOf(o.resource, live), true)
+			err.resyncNow = live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && w.taken.set(refOf(o.resource, live), true)
 			return out, err
 		}
 		return out, fmt.Errorf("creating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
@@ -158,16 +171,16 @@ func create[T hubObject](ctx context.Context, c *Controller, o ops[T], key Key, 
 	return out, err
 }
 
-func update[T hubObject](ctx context.Context, c *Controller, o ops[T], obj T) (T, error) {
-	return sendUpdate(c, o.resource, verbUpdate, obj, func() (T, error) { return o.update(ctx, obj) })
+func update[T hubObject](ctx context.Context, w *hubWriter, o ops[T], obj T) (T, error) {
+	return sendUpdate(w, o.resource, verbUpdate, obj, func() (T, error) { return o.update(ctx, obj) })
 }
 
 // sendUpdate sends an update (or a status update) of obj; a conflict means
 // our cache lags, and the watch event that updates it queues the key again.
-func sendUpdate[T hubObject](c *Controller, resource, verb string, obj T, call func() (T, error)) (T, error) {
-	out, err := send(c, resource, verb, obj, call)
+func sendUpdate[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	out, err := send(w, resource, verb, obj, call)
 	if apierrors.IsConflict(err) {
-		c.written.forget(resource, obj.GetNamespace(), obj.GetName())
+		w.written.forget(resource, obj.GetNamespace(), obj.GetName())
 		return out, fmt.Errorf("%s %s %s/%s: %w", verb, resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
 	}
 	return out, err
@@ -175,37 +188,48 @@ func sendUpdate[T hubObject](c *Controller, resource, verb string, obj T, call f
 
 // send makes one hub write of obj, counted, and tells the write tracker
 // when it starts and what it returned.
-func send[T hubObject](c *Controller, resource, verb string, obj T, call func() (T, error)) (T, error) {
-	c.written.begin(resource, obj)
+func send[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	w.written.begin(resource, obj)
 	out, err := call()
-	c.countWrite(resource, verb, err)
+	w.countWrite(resource, verb, err)
 	var done hubObject
 	if err == nil {
 		done = out
 	}
-	c.written.end(resource, obj, done, false)
+	w.written.end(resource, obj, done, false)
 	return out, err
 }
 
 // remove deletes one of our hub objects, preconditioned on the UID we saw so
 // a newer object of the same name is never deleted by mistake. NotFound is
 // success.
-func remove[T hubObject](ctx context.Context, c *Controller, o ops[T], live T) error {
+func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) error {
 	uid := live.GetUID()
 	opts := metav1.DeleteOptions{}
 	if uid != "" {
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
-	c.written.begin(o.resource, live)
+	w.written.begin(o.resource, live)
 	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
-	c.countWrite(o.resource, verbDelete, err)
+	w.countWrite(o.resource, verbDelete, err)
 	gone := err == nil || apierrors.IsNotFound(err)
-	c.written.end(o.resource, live, nil, gone)
+	w.written.end(o.resource, live, nil, gone)
 	switch {
 	case gone:
 		return nil
 	case apierrors.IsConflict(err): // a newer object of that name
-		c.written.forget(o.resource, live.GetNamespace(), live.GetName())
+		w.written.forget(o.resource, live.GetNamespace(), live.GetName())
+	}
+	return err
+}
+
+// createNamespace creates a hub namespace; one that exists is success.
+func (w *hubWriter) createNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_, err := w.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
+	w.countWrite(resourceNamespace, verbCreate, err)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
 	}
 	return err
 }
@@ -258,12 +282,12 @@ func conflictsIn(err error) []*conflictError {
 
 // countWrite and countMemberWrite count one write to the hub or to a
 // member, by its result: the accounting of the write step itself.
-func (c *Controller) countWrite(resource, verb string, err error) {
-	c.metrics.HubWrites.WithLabelValues(resource, verb, resultOf(err)).Inc()
+func (w *hubWriter) countWrite(resource, verb string, err error) {
+	w.metrics.HubWrites.WithLabelValues(resource, verb, resultOf(err)).Inc()
 }
 
-func (c *Controller) countMemberWrite(err error) {
-	c.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
+func (w *hubWriter) countMemberWrite(err error) {
+	w.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
 }
 
 // resultOf is the result label of a write.

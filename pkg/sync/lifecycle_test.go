@@ -195,6 +195,17 @@ func TestStandbyQueuesInBulk(t *testing.T) {
 	}
 }
 
+// exportedCart gives the fixture a member exporting shop/cart with two
+// ready endpoints, synced into the hub.
+func (f *fixture) exportedCart(name string) *fakeMember {
+	f.t.Helper()
+	m := f.member(name)
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-"+name, 0, 2, true)}
+	f.sync(Key{Cluster: name, Namespace: "shop", Name: "cart"})
+	return m
+}
+
 // drainQueue empties the queue without syncing.
 func (f *fixture) drainQueue() {
 	for f.ctrl.queue.Len() > 0 {
@@ -217,10 +228,7 @@ func (f *fixture) waitQueued() bool {
 func TestPolicyStepDueWhenTheOutageIsReportedIsApplied(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := newFixture(t, Options{UnreachableGrace: 5 * time.Second, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
-	m := f.member("c1")
-	_ = m.services.Add(service("shop", "cart"))
-	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
-	f.sync(cartC1)
+	m := f.exportedCart("c1")
 	f.drainQueue()
 	m.downSince = clk.Now().Add(-10 * time.Second)
 	f.ctrl.ClusterHealthChanged("c1", false)
@@ -240,10 +248,7 @@ func TestPolicyStepDueWhenTheOutageIsReportedIsApplied(t *testing.T) {
 func TestShortenedWithdrawPeriodWithdrawsAtOnce(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := newFixture(t, Options{UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
-	m := f.member("c1")
-	_ = m.services.Add(service("shop", "cart"))
-	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
-	f.sync(cartC1)
+	f.exportedCart("c1")
 	f.disconnect("c1", clk.Now().Add(-10*time.Minute))
 	f.ctrl.ClusterHealthChanged("c1", false)
 	f.sync(cartC1) // waits for c1
@@ -270,10 +275,7 @@ func TestShortenedWithdrawPeriodWithdrawsAtOnce(t *testing.T) {
 func TestUnsyncedUnreachableMemberIsWithdrawnAfterThePeriod(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := newFixture(t, Options{UnreachableWithdraw: time.Minute, Clock: asyncClock{clk}}, nil, nil)
-	m := f.member("c1")
-	_ = m.services.Add(service("shop", "cart"))
-	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
-	f.sync(cartC1)
+	m := f.exportedCart("c1")
 	f.sync(cartC1.ClusterSet())
 	// A restart: c1 connects but does not answer.
 	m.synced, m.downSince = false, clk.Now()

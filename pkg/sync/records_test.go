@@ -17,19 +17,8 @@ import (
 // rewrites it, and is counted; the merge waits for it and then merges.
 func TestUnreadableRecordQueuesItsMemberAndIsCounted(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil)
-	m := f.member("c1")
-	_ = m.services.Add(service("shop", "cart"))
-	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 1, true)}
-	f.sync(cartC1)
-	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Annotations[endpoints.AnnotationExportRecord] = "{not json"
-	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.settle()
+	f.exportedCart("c1")
+	f.breakRecord(sliceName(0))
 	for f.ctrl.queue.Len() > 0 { // the edit's events
 		k, _ := f.ctrl.queue.Get()
 		f.ctrl.queue.Done(k)
@@ -51,6 +40,21 @@ func TestUnreadableRecordQueuesItsMemberAndIsCounted(t *testing.T) {
 	}
 }
 
+// breakRecord replaces the export record on a hub slice with one that does
+// not parse, as an older version or a person might leave it.
+func (f *fixture) breakRecord(slice string) {
+	f.t.Helper()
+	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, slice, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	s.Annotations[endpoints.AnnotationExportRecord] = "{not json"
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.settle()
+}
+
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
@@ -64,20 +68,9 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 // connected) does not freeze the merge of the others.
 func TestUnreadableRecordOfAnUnconnectedMemberDoesNotFreezeTheMerge(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil)
-	m := f.member("c1")
-	_ = m.services.Add(service("shop", "cart"))
-	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 1, true)}
-	f.sync(cartC1)
+	f.exportedCart("c1")
 	f.sync(cartC1.ClusterSet())
-	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Annotations[endpoints.AnnotationExportRecord] = "{not json"
-	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.settle()
+	f.breakRecord(sliceName(0))
 	f.disconnect("c1", time.Now())
 	f.ctrl.ClusterHealthChanged("c1", false)
 	c2 := f.member("c2")

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,6 +213,7 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		stop := make(chan struct{})
 		type tally struct{ sent, failed int }
 		done := make(chan tally)
+		var rounds atomic.Int64 // rounds of requests made so far
 		go func() {
 			var n tally
 			for {
@@ -231,7 +233,8 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 						n.sent += c
 					}
 				}
-				time.Sleep(50 * time.Millisecond)
+				rounds.Add(1)
+				time.Sleep(50 * time.Millisecond) // the client's pace
 			}
 		}()
 		start := time.Now()
@@ -247,7 +250,14 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			return nil
 		})
 		takeover := time.Since(start)
-		time.Sleep(3 * time.Second) // requests after the takeover too
+		// Requests after the takeover too: twenty more rounds.
+		after := rounds.Load() + 20
+		eventually(t, time.Minute, func() error {
+			if n := rounds.Load(); n < after {
+				return fmt.Errorf("%d rounds of requests since the takeover, want 20", 20-(after-n))
+			}
+			return nil
+		})
 		close(stop)
 		n := <-done
 		t.Logf("leader %s deleted: %s took over after %s; the client loop sent %d requests, %d failed",
@@ -294,11 +304,29 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			}
 			return nil
 		})
-		time.Sleep(3 * time.Second)
-		m, err := get("http://" + ip + ":8080/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The new leader has worked off its takeover: its queue is empty and
+		// its sync count has not moved across three scrapes a second apart.
+		var m string
+		var last float64
+		quiet := 0
+		eventually(t, time.Minute, func() error {
+			var err error
+			if m, err = get("http://" + ip + ":8080/metrics"); err != nil {
+				return err
+			}
+			depth := sumSeries(m, `endpoint_aggregator_workqueue_depth{name="endpoint_aggregator"}`)
+			syncs := sumSeries(m, "endpoint_aggregator_syncs_total")
+			if depth > 0 || syncs != last {
+				quiet, last = 0, syncs
+				time.Sleep(time.Second)
+				return fmt.Errorf("%s: %v keys queued, %v syncs", holder, depth, syncs)
+			}
+			if quiet++; quiet < 3 {
+				time.Sleep(time.Second)
+				return fmt.Errorf("quiet for %d scrapes", quiet)
+			}
+			return nil
+		})
 		// Member liveness Leases are renewed whatever the hub holds.
 		w := sumSeries(m, "endpoint_aggregator_hub_writes_total") - sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="update"}`)
 		if w != 0 {

@@ -32,7 +32,7 @@ const (
 )
 
 var faultClasses = []string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep,
-	faultHandover, faultOverlap, faultRestart, exploreRealQueue, exploreSweepWait}
+	faultHandover, faultOverlap, faultRestart, faultInterleave, exploreRealQueue, exploreSweepWait}
 
 // simClock is the explorer's clock for the unreachable policy: the world's
 // virtual time, with timers the world fires as steps.
@@ -216,7 +216,10 @@ func (w *world) disconnect(m *simMember) {
 	w.members.unconnected[m.name] = lifecycle.State{Phase: lifecycle.Registered, Owned: true, Unreachable: true, Since: w.now, Reason: "kubeconfig does not parse"}
 	w.disconnected[m.name] = m
 	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == m.name })
-	w.keptRecords[m.name] = w.recordedServices(m.name)
+	// What the hub records of it once the syncs of its keys that began
+	// before (and read it connected) are done: those may still withdraw
+	// what the member's caches said was gone.
+	delete(w.keptRecords, m.name)
 	w.keptSince[m.name] = w.now
 	w.eachCtrl(func(c *Controller) { c.ClusterHealthChanged(m.name, false) })
 }
@@ -253,6 +256,19 @@ func (w *world) recordedServices(cluster string) []string {
 	return out
 }
 
+// inFlight reports whether a worker is in the middle of a sync of one of
+// cluster's keys.
+func (w *world) inFlight(cluster string) bool {
+	for _, r := range w.replicaList() {
+		for _, sw := range r.workers {
+			if sw.parked && sw.key.Cluster == cluster {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // forgetKept drops from the kept records the export of a slice that
 // someone else deleted: the daemon cannot restore what it has no view of.
 func (w *world) forgetKept(obj runtime.Object) {
@@ -273,6 +289,12 @@ func (w *world) checkKept() error {
 	for _, name := range sortedNames(w.disconnected) {
 		if withdraw > 0 && !w.now.Before(w.keptSince[name].Add(withdraw)) {
 			continue
+		}
+		if _, ok := w.keptRecords[name]; !ok {
+			if w.inFlight(name) {
+				continue
+			}
+			w.keptRecords[name] = w.recordedServices(name)
 		}
 		now := w.recordedServices(name)
 		for _, svc := range w.keptRecords[name] {
@@ -332,6 +354,7 @@ func (m *simMember) relist() {
 // are on: now and then the member answers 409, as when the export changed
 // since the cache saw it.
 func (w *world) statusConflict() error {
+	w.yield() // a call to the member
 	if !w.faults || w.rng.Intn(6) > 0 {
 		return nil
 	}

@@ -29,7 +29,8 @@ type replica struct {
 	hubListed bool
 	started   bool
 	// stale: it lost the lead but has not noticed yet, and still syncs.
-	stale bool
+	stale   bool
+	workers []*simWorker
 }
 
 // newReplica starts a replica: its controller, queue and member handlers.
@@ -51,6 +52,7 @@ func (w *world) newReplica() (*replica, error) {
 	}
 	ctrl.queue = r.queue
 	ctrl.written.now = func() time.Time { return w.now }
+	w.newWorkers(r, 1+w.rng.Intn(3))
 	for _, m := range w.allMembers() {
 		svc, sl, se := ctrl.EventHandlers(m.name)
 		m.handlers = append(m.handlers, replicaHandlers{ctrl: ctrl, hs: [3]cache.ResourceEventHandler{svc, sl, se}})
@@ -123,15 +125,7 @@ func (w *world) replicaSteps() []step {
 			}
 		}
 		if r.stale {
-			if r.queue.Len() > 0 {
-				out = append(out, step{"sync", func() {
-					w.as(r, func() {
-						writes := w.srv.writes
-						w.ctrl.processNext(w.ctx)
-						w.log("%s (stale) sync %s: %d writes", r.name, w.queue.last, w.srv.writes-writes)
-					})
-				}})
-			}
+			out = append(out, w.workerSteps(r)...)
 			out = append(out, step{r.name + ": notices it lost the lead and exits", func() { w.exit(r) }})
 		}
 	}
@@ -160,7 +154,9 @@ func (w *world) handover(r *replica, overlap bool) {
 		old.stale = true
 		w.others = append(w.others, old)
 	} else {
+		// It released the lease once its workers were done.
 		w.tally[faultHandover]++
+		w.drainWorkers(old)
 		w.retire(old)
 	}
 	if w.members.synced {
@@ -175,8 +171,9 @@ func (w *world) handover(r *replica, overlap bool) {
 	}
 }
 
-// exit stops a stale replica.
+// exit stops a stale replica, once its in-flight syncs are done.
 func (w *world) exit(r *replica) {
+	w.drainWorkers(r)
 	w.others = slices.DeleteFunc(w.others, func(o *replica) bool { return o == r })
 	w.retire(r)
 }

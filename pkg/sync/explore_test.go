@@ -124,6 +124,8 @@ type world struct {
 	// foreign holds the resourceVersion of every foreign hub object.
 	foreign map[string]string
 	steps   int
+	// current is the worker running now; nil while the world runs.
+	current *simWorker
 	// clock times the unreachable policy; tally counts the member faults
 	// that fired.
 	clock *simClock
@@ -166,6 +168,7 @@ func explore(seed int64, logf func(string, ...interface{})) (map[string]int, err
 	if err != nil {
 		return nil, err
 	}
+	defer w.stopWorkers()
 	if err := w.run(20000); err != nil {
 		return w.tally, err
 	}
@@ -628,6 +631,9 @@ func (w *world) nextDue() (time.Time, bool) {
 }
 
 func (w *world) quiescent() error {
+	if n := w.parkedWorkers(); n > 0 {
+		return fmt.Errorf("quiescent with %d workers in the middle of a sync", n)
+	}
 	for _, r := range w.others {
 		if r.stale {
 			return fmt.Errorf("quiescent with replica %s still writing", r.name)
@@ -691,17 +697,8 @@ func (w *world) enabled() []step {
 			out = append(out, step{"hub relist " + r, func() { w.relist(r) }})
 		}
 	}
-	if w.started && w.queue.Len() > 0 {
-		// Syncs are the bulk of the work: weigh them up.
-		sync := step{"sync", func() {
-			writes := w.srv.writes
-			w.ctrl.processNext(w.ctx)
-			w.log("sync %s: %d writes", w.queue.last, w.srv.writes-writes)
-			if k := w.queue.last; k.IsClusterSet() && w.ctrl.waits.of[k].Has(waitSourcesSwept(k)) {
-				w.tally[exploreSweepWait]++
-			}
-		}}
-		out = append(out, sync, sync, sync)
+	if w.started {
+		out = append(out, w.workerSteps(w.replica)...)
 	}
 	if len(w.script) > 0 {
 		out = append(out, step{"change: " + w.script[0].name, func() {

@@ -298,3 +298,36 @@ func TestUnsyncedUnreachableMemberIsWithdrawnAfterThePeriod(t *testing.T) {
 		t.Errorf("import clusters %v after the withdraw period, want none", got)
 	}
 }
+
+// A member unregistered while a sync of one of its keys is writing: the
+// removal queues what the hub held of it then, not what that sync is about
+// to create. The sync, seeing its member change phase, queues its key
+// again, which withdraws what it wrote.
+func TestMemberRemovedDuringASyncOfItsKeyLeavesNothing(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
+	removed := false
+	f.ctrl.write.beforeCall = func() {
+		if !removed {
+			removed = true
+			delete(f.members.members, "c1")
+			f.ctrl.ClusterRemoved("c1")
+		}
+	}
+	f.ctrl.enqueue(cartC1, aChange)
+	f.ctrl.processNext(f.ctx)
+	f.ctrl.write.beforeCall = nil
+	if !removed {
+		t.Fatal("setup: the sync made no hub call")
+	}
+	f.settle()
+	f.drain()
+	if sl, _ := f.hub.DiscoveryV1().EndpointSlices("shop").List(f.ctx, metav1.ListOptions{}); len(sl.Items) != 0 {
+		t.Errorf("%d slices of the removed member are left", len(sl.Items))
+	}
+	if _, err := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{}); err == nil {
+		t.Error("the removed member's per-cluster Service is left")
+	}
+}

@@ -23,6 +23,15 @@ import (
 // ServiceExport conditions follow the merged import.
 func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcome) error {
 	st, m := c.members.Lookup(key.Cluster)
+	defer func() {
+		// The member changed phase while this sync ran (it was
+		// unregistered, or lost its connection): what the sync wrote may
+		// not be what the key should hold now, and the transition's own
+		// queueing may have missed objects not written yet. Again.
+		if now, _ := c.members.Lookup(key.Cluster); now.Phase != st.Phase {
+			out.queue(key)
+		}
+	}()
 	if !st.Registered() && !c.members.SecretsSynced() {
 		// The member may yet be registered.
 		out.waitFor(waitRegistrations(), c.members.SecretsSynced)

@@ -64,6 +64,16 @@ type hubWriter struct {
 	written *written
 	taken   *taken
 	metrics *Metrics
+	// beforeCall, when set, runs before each API call: the order explorer
+	// parks a worker there, to interleave the calls of several workers.
+	beforeCall func()
+}
+
+// calling is said before each API call.
+func (w *hubWriter) calling() {
+	if w.beforeCall != nil {
+		w.beforeCall()
+	}
 }
 
 // ops are the typed client calls for one hub resource.
@@ -155,6 +165,7 @@ func create[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, o
 	out, err := send(w, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
 	if apierrors.IsAlreadyExists(err) {
 		w.written.forget(o.resource, obj.GetNamespace(), obj.GetName())
+		w.calling()
 		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
 		if gerr != nil {
 			return out, gerr
@@ -190,6 +201,7 @@ func sendUpdate[T hubObject](w *hubWriter, resource, verb string, obj T, call fu
 // when it starts and what it returned.
 func send[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (T, error)) (T, error) {
 	w.written.begin(resource, obj)
+	w.calling()
 	out, err := call()
 	w.countWrite(resource, verb, err)
 	var done hubObject
@@ -210,6 +222,7 @@ func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) er
 		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
 	w.written.begin(o.resource, live)
+	w.calling()
 	err := o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
 	w.countWrite(o.resource, verbDelete, err)
 	gone := err == nil || apierrors.IsNotFound(err)
@@ -226,6 +239,7 @@ func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) er
 // createNamespace creates a hub namespace; one that exists is success.
 func (w *hubWriter) createNamespace(ctx context.Context, name string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	w.calling()
 	_, err := w.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
 	w.countWrite(resourceNamespace, verbCreate, err)
 	if apierrors.IsAlreadyExists(err) {

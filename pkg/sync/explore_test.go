@@ -175,6 +175,9 @@ func explore(seed int64, logf func(string, ...interface{})) (map[string]int, err
 	if err := w.check(); err != nil {
 		return w.tally, err
 	}
+	if err := w.checkModel(); err != nil {
+		return w.tally, err
+	}
 	// One more full resync, without faults: it must write nothing.
 	before := w.srv.changes
 	w.log("full resync")

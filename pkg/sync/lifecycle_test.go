@@ -1,14 +1,26 @@
 package sync
 
 import (
+	"context"
+	"errors"
 	"runtime"
+	"slices"
+	"strings"
+	stdsync "sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
@@ -329,5 +341,48 @@ func TestMemberRemovedDuringASyncOfItsKeyLeavesNothing(t *testing.T) {
 	}
 	if _, err := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{}); err == nil {
 		t.Error("the removed member's per-cluster Service is left")
+	}
+}
+
+// errLister is a Service lister that fails, as one with a broken selector.
+type errLister struct{ corelisters.ServiceLister }
+
+func (errLister) List(labels.Selector) ([]*corev1.Service, error) {
+	return nil, errors.New("injected lister failure")
+}
+
+// brokenMember is a member whose caches cannot be listed.
+type brokenMember struct{ *fakeMember }
+
+func (m brokenMember) ServiceLister() corelisters.ServiceLister { return errLister{} }
+func (m brokenMember) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
+	return nil, errors.New("injected export lister failure")
+}
+
+// A member's resync that cannot list its caches says so, naming the
+// member, instead of queueing nothing in silence.
+func TestResyncReportsListErrors(t *testing.T) {
+	var mu stdsync.Mutex
+	var reported []string
+	saved := utilruntime.ErrorHandlers
+	utilruntime.ErrorHandlers = append(slices.Clone(saved), func(_ context.Context, err error, _ string, _ ...interface{}) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, err.Error())
+	})
+	t.Cleanup(func() { utilruntime.ErrorHandlers = saved })
+	members := &memberSet[brokenMember]{members: map[string]brokenMember{"c1": {newFakeMember()}}, synced: true}
+	c, err := New(kubefake.NewClientset(), mcsfake.NewSimpleClientset(), members, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ClusterSynced("c1")
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(reported, "\n")
+	for _, want := range []string{`listing the Services of member "c1"`, `listing the ServiceExports of member "c1"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no error %q reported; reported:\n%s", want, got)
+		}
 	}
 }

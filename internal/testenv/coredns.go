@@ -120,6 +120,7 @@ func startCoreDNS(t testing.TB, hubKubeconfigPath, bindIP string, dnsPort int) (
 		t.Fatalf("testenv: kubeconfig %s has no current context", kubeconfig)
 	}
 	dir := t.TempDir()
+	killOrphans(bin)
 
 	// A port free now may be taken before CoreDNS binds it: retry with
 	// new ports when CoreDNS exits during startup.

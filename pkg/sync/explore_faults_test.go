@@ -148,7 +148,7 @@ func (w *world) memberFaults() []step {
 // with or without faults, so every run ends with its members connected.
 func (w *world) memberRecoveries() []step {
 	var out []step
-	for _, name := range sortedNames(w.disconnected) {
+	for _, name := range sortedMemberNames(w.disconnected) {
 		m := w.disconnected[name]
 		out = append(out, step{name + ": registration fixed, connects", func() { w.reconnect(m) }})
 	}
@@ -167,15 +167,6 @@ func (w *world) memberRecoveries() []step {
 			t.f()
 		}})
 	}
-	return out
-}
-
-func sortedNames(m map[string]*simMember) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -286,7 +277,7 @@ func (w *world) forgetKept(obj runtime.Object) {
 // when it lost its connection, until its withdraw period passes.
 func (w *world) checkKept() error {
 	_, withdraw := w.policy()
-	for _, name := range sortedNames(w.disconnected) {
+	for _, name := range sortedMemberNames(w.disconnected) {
 		if withdraw > 0 && !w.now.Before(w.keptSince[name].Add(withdraw)) {
 			continue
 		}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -128,7 +129,7 @@ func (w *world) checkModel() error {
 			names = append(names, p.Name)
 		}
 		sort.Strings(names)
-		if want := sortedSet(portNames[k]); !slices.Equal(names, want) {
+		if want := slices.Sorted(maps.Keys(portNames[k])); !slices.Equal(names, want) {
 			return fmt.Errorf("model: ServiceImport %s has ports %v, want the union %v", k, names, want)
 		}
 		delete(importers, k)
@@ -161,15 +162,6 @@ func sortedReady(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
 	for a, ready := range m {
 		out = append(out, fmt.Sprintf("%s=%v", a, ready))
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out

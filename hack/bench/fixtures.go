@@ -75,9 +75,10 @@ func newFleet(members, services, perSvc int) *fleet {
 func serviceName(s int) string { return fmt.Sprintf("svc-%03d", s) }
 
 // baseIP is the initial address of endpoint i of service s in member m:
-// 10.0.0.0/8 plus a running number, unique across the fleet.
+// 10.1.0.0 plus a running number, unique across the fleet. 10.0.0.0/24 is
+// the test hub's Service range, whose addresses the daemon refuses.
 func (f *fleet) baseIP(m, s, i int) string {
-	n := uint32((m*len(f.services)+s)*f.perSvc+i) + 1
+	n := uint32((m*len(f.services)+s)*f.perSvc+i) + 1<<16 + 1
 	return fmt.Sprintf("10.%d.%d.%d", n>>16&0xff, n>>8&0xff, n&0xff)
 }
 

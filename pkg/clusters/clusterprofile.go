@@ -211,7 +211,7 @@ func (a *AccessProviders) profileHash(cp *cpv1alpha1.ClusterProfile) string {
 	if p, ap := a.choose(cp); p != nil {
 		chosen, _ = json.Marshal(ap)
 	}
-	return hashOf(cp.Name, chosen, cp.Annotations[AnnotationUnreachableGrace], cp.Annotations[AnnotationUnreachableWithdraw])
+	return hashOf(cp.Name, chosen, policyAnnotations(cp.Annotations)...)
 }
 
 // ControlPlaneUnhealthy returns why the cluster manager reports the

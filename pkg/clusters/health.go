@@ -2,20 +2,29 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
-// Per-Secret overrides of the daemon's unreachable policy, as durations
-// ("90s", "10m"). "0" turns the step off for that member.
+// Per-registration overrides of the daemon's unreachable policy, as
+// durations ("90s", "10m"). "0" turns the step off for that member.
 const (
 	AnnotationUnreachableGrace    = "endpoint-aggregator.io/unreachable-grace"
 	AnnotationUnreachableWithdraw = "endpoint-aggregator.io/unreachable-withdraw"
 )
+
+// AnnotationAllowedEndpointCIDRs on a registration pins its member's
+// endpoints to these comma-separated CIDRs (its pod ranges, say), within
+// the daemon's --allowed-endpoint-cidrs.
+const AnnotationAllowedEndpointCIDRs = "endpoint-aggregator.io/allowed-endpoint-cidrs"
 
 // probeFailureThreshold is how many probes in a row must fail before a
 // member counts as unreachable: one lost request is not an outage, and each
@@ -120,26 +129,48 @@ func (c *Cluster) UnreachablePolicy(grace, withdraw time.Duration) (time.Duratio
 	return c.policy.Resolve(grace, withdraw)
 }
 
-// PolicyOverride holds a registration Secret's unreachable-policy
-// overrides; nil keeps the default.
+// PolicyOverride holds a registration's overrides of the daemon's policies.
 type PolicyOverride = lifecycle.Policy
 
-// ParsePolicyOverride reads the override annotations of a registration
-// Secret.
+// ParsePolicyOverride reads the override annotations of a registration. It
+// returns what it could read and an error for what it could not, saying
+// what applies instead: an unreadable duration keeps the daemon's, an
+// unreadable list of allowed CIDRs allows nothing (failing open would let
+// the member route anywhere the daemon allows).
 func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) {
 	var p PolicyOverride
-	for key, dst := range map[string]**time.Duration{AnnotationUnreachableGrace: &p.Grace, AnnotationUnreachableWithdraw: &p.Withdraw} {
+	var errs []error
+	for _, key := range []string{AnnotationUnreachableGrace, AnnotationUnreachableWithdraw} {
 		v, ok := annotations[key]
 		if !ok {
 			continue
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return PolicyOverride{}, fmt.Errorf("annotation %s=%q is not a non-negative duration", key, v)
+			errs = append(errs, fmt.Errorf("annotation %s=%q is not a non-negative duration; the daemon's applies", key, v))
+			continue
 		}
-		*dst = &d
+		if key == AnnotationUnreachableGrace {
+			p.Grace = &d
+		} else {
+			p.Withdraw = &d
+		}
 	}
-	return p, nil
+	if v, ok := annotations[AnnotationAllowedEndpointCIDRs]; ok && strings.TrimSpace(v) != "" {
+		allowed, err := addresses.ParsePrefixes(strings.Split(v, ","))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %v; every endpoint of the member is refused until it is fixed", AnnotationAllowedEndpointCIDRs, err))
+			allowed = []netip.Prefix{}
+		}
+		p.AllowedEndpoints = allowed
+	}
+	return p, errors.Join(errs...)
+}
+
+// policyAnnotations are the annotations ParsePolicyOverride reads, for
+// the registration's hash.
+func policyAnnotations(annotations map[string]string) []string {
+	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs]}
 }
 
 // reportUnhealthy records what the cluster manager says of the member's

@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,5 +74,35 @@ func TestHealthIsNeverReadTorn(t *testing.T) {
 	}
 	if torn > 0 {
 		t.Errorf("%d of %d reads saw an outage dated from one whose recovery was reported before the read", torn, len(reads))
+	}
+}
+
+// A registration's overrides are read one by one: what cannot be read says
+// what applies instead, and an unreadable list of allowed CIDRs allows
+// nothing rather than everything.
+func TestParsePolicyOverride(t *testing.T) {
+	p, err := ParsePolicyOverride(map[string]string{
+		AnnotationUnreachableGrace:     "90s",
+		AnnotationAllowedEndpointCIDRs: "10.1.0.0/16, fd00:1::/64",
+	})
+	if err != nil || p.Grace == nil || *p.Grace != 90*time.Second || p.Withdraw != nil || len(p.AllowedEndpoints) != 2 {
+		t.Fatalf("ParsePolicyOverride = %+v, %v; want grace 90s and two allowed ranges", p, err)
+	}
+	if p, err := ParsePolicyOverride(nil); err != nil || p.AllowedEndpoints != nil {
+		t.Errorf("no annotations: %+v, %v; want no allowed list", p, err)
+	}
+	p, err = ParsePolicyOverride(map[string]string{
+		AnnotationUnreachableWithdraw:  "soon",
+		AnnotationUnreachableGrace:     "1m",
+		AnnotationAllowedEndpointCIDRs: "10.1.0.1/16",
+	})
+	if err == nil || !strings.Contains(err.Error(), AnnotationUnreachableWithdraw) || !strings.Contains(err.Error(), "refused until it is fixed") {
+		t.Errorf("error %v, want both broken annotations named", err)
+	}
+	if p.Grace == nil || *p.Grace != time.Minute || p.Withdraw != nil {
+		t.Errorf("the readable grace was lost: %+v", p)
+	}
+	if p.AllowedEndpoints == nil || len(p.AllowedEndpoints) != 0 {
+		t.Errorf("an unreadable allowed list gave %v, want an empty, non-nil list (nothing allowed)", p.AllowedEndpoints)
 	}
 }

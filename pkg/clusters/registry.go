@@ -136,11 +136,14 @@ type member struct {
 	unconnected      string
 	unconnectedSince time.Time
 	policy           lifecycle.Policy
+	// registered is the creationTimestamp of the registration that owns
+	// the name, by the hub's clock; zero for static members.
+	registered time.Time
 }
 
 // state is the member's lifecycle state.
 func (m *member) state() lifecycle.State {
-	st := lifecycle.State{Phase: lifecycle.Registered, Owned: true, Policy: m.policy}
+	st := lifecycle.State{Phase: lifecycle.Registered, Owned: true, Policy: m.policy, RegisteredAt: m.registered}
 	c := m.active
 	if c == nil {
 		st.Unreachable, st.Since, st.Reason = true, m.unconnectedSince, m.unconnected
@@ -485,7 +488,7 @@ func (r *Registry) secretRegistration(key string) (*registration, error) {
 	data := secret.Data[KubeconfigKey]
 	return &registration{
 		claim:     claim{key: key, cluster: cluster, created: secret.CreationTimestamp, ref: secretRef(secret)},
-		hash:      hashOf(cluster, data, secret.Annotations[AnnotationUnreachableGrace], secret.Annotations[AnnotationUnreachableWithdraw]),
+		hash:      hashOf(cluster, data, policyAnnotations(secret.Annotations)...),
 		policy:    policy,
 		policyErr: policyErr,
 		config:    func() (*rest.Config, error) { return RESTConfig(data, r.opts.Policy) },
@@ -553,7 +556,7 @@ func (r *Registry) register(reg *registration) error {
 	}
 
 	if reg.policyErr != nil {
-		r.warn(ref, ReasonInvalidConfig, "%v; the daemon's unreachable policy applies", reg.policyErr)
+		r.warn(ref, ReasonInvalidConfig, "%v", reg.policyErr)
 	}
 	r.mu.Lock()
 	m := r.members[cluster]
@@ -564,6 +567,9 @@ func (r *Registry) register(reg *registration) error {
 		// make-before-break, and is no longer the other object's.
 		delete(r.bySecret, m.secret)
 		m.secret = key
+	}
+	if m != nil && m.secret == key {
+		m.registered = reg.created.Time
 	}
 	r.mu.Unlock()
 	r.mu.RLock()
@@ -612,7 +618,7 @@ func (r *Registry) register(reg *registration) error {
 	m = r.members[cluster]
 	switch {
 	case m == nil:
-		r.members[cluster] = &member{secret: key, ref: ref, active: c, policy: reg.policy}
+		r.members[cluster] = &member{secret: key, ref: ref, active: c, policy: reg.policy, registered: reg.created.Time}
 	case m.active == nil:
 		// Registered without a connection until now: nothing to keep.
 		m.ref, m.active, m.policy, m.unconnected, m.unconnectedSince = ref, c, reg.policy, "", time.Time{}
@@ -669,7 +675,7 @@ func (r *Registry) unconnected(reg *registration, m *member, reason, why string)
 		m = &member{secret: reg.key, unconnectedSince: time.Now()}
 		r.members[cluster] = m
 	}
-	m.ref, m.policy, m.unconnected = ref, reg.policy, why
+	m.ref, m.policy, m.unconnected, m.registered = ref, reg.policy, why, reg.created.Time
 	r.bySecret[reg.key] = cluster
 	r.mu.Unlock()
 	r.handler.ClusterHealthChanged(cluster, false)

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -200,6 +201,18 @@ func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
 	}
 	if c := r.Get("dup"); c.secret != ns+"/older" {
 		t.Errorf("cluster dup registered by %s, want the older Secret", c.secret)
+	}
+	// The member counts as registered when the hub created the owning
+	// registration, connected or not.
+	secrets, _ := r.secrets.Secrets(ns).List(labels.Everything())
+	created := map[string]time.Time{}
+	for _, s := range secrets {
+		created[s.Name] = s.CreationTimestamp.Time
+	}
+	for cluster, secret := range map[string]string{"dup": "older", "garbage": "garbage"} {
+		if st, _ := r.Lookup(cluster); !st.RegisteredAt.Equal(created[secret]) || st.RegisteredAt.IsZero() {
+			t.Errorf("%s registered at %v, want Secret %s's creation %v", cluster, st.RegisteredAt, secret, created[secret])
+		}
 	}
 	// A Secret whose kubeconfig is broken or refused still registers its
 	// member, without a connection: only unregistering withdraws.

@@ -11,7 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 )
+
+// fuzzPolicy is the address policy the fuzzed member is held to.
+var fuzzPolicy = &addresses.Policy{
+	HubServiceRanges: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:10:96::/112")},
+	Denied:           []netip.Prefix{netip.MustParsePrefix("10.0.0.128/25")},
+}
 
 // FuzzDesiredHubObjects feeds member objects built from arbitrary input
 // through Sanitize and every desired-state function, and checks that nothing
@@ -23,6 +31,10 @@ func FuzzDesiredHubObjects(f *testing.F) {
 	f.Add("db", "west", "not-an-ip", "Bad_Host", "BAD", int32(0), uint8(1), true, true)
 	f.Add("a", "b", "010.0.0.1", "h", "grpc", int32(70000), uint8(250), true, false)
 	f.Add("x", "y", "::ffff:10.0.0.1", "h", "p", int32(53), uint8(2), false, false)
+	f.Add("k", "east", "10.96.0.1", "", "https", int32(443), uint8(1), true, false)
+	f.Add("m", "east", "169.254.169.25", "", "http", int32(80), uint8(9), true, false)
+	f.Add("b", "east", "255.255.255.25", "", "http", int32(80), uint8(9), true, false)
+	f.Add("l", "east", "fe80::", "", "http", int32(80), uint8(20), true, true)
 	f.Fuzz(func(t *testing.T, svcName, cluster, addr, hostname, portName string, port int32, n uint8, ready, ipv6 bool) {
 		if len(validation.IsDNS1123Label(svcName)) > 0 || len(validation.IsDNS1123Label(cluster)) > 0 {
 			return // the API server never gives us such names
@@ -49,7 +61,7 @@ func FuzzDesiredHubObjects(f *testing.F) {
 		}
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: svcName},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 80}}}}
-		src, _ := Sanitize(Source{Cluster: cluster, Service: svc, Slices: []*discoveryv1.EndpointSlice{sl}})
+		src, _ := Sanitize(Source{Cluster: cluster, Service: svc, Slices: []*discoveryv1.EndpointSlice{sl}}, fuzzPolicy)
 
 		plan := PlanSlices(src, nil)
 		for _, s := range append(plan.Create, plan.Update...) {
@@ -65,8 +77,12 @@ func FuzzDesiredHubObjects(f *testing.F) {
 		for _, ss := range eps.Subsets {
 			for _, a := range append(ss.Addresses, ss.NotReadyAddresses...) {
 				total++
-				if _, err := netip.ParseAddr(a.IP); err != nil {
+				ip, err := netip.ParseAddr(a.IP)
+				if err != nil {
 					t.Fatalf("Endpoints address %q invalid", a.IP)
+				}
+				if v := fuzzPolicy.Check(ip); v.Reason != addresses.Accepted {
+					t.Fatalf("address %s reached the per-cluster Endpoints: %s", ip, v)
 				}
 				if a.Hostname != "" && len(validation.IsDNS1123Label(a.Hostname)) > 0 {
 					t.Fatalf("Endpoints hostname %q invalid", a.Hostname)
@@ -96,6 +112,9 @@ func checkSlice(t *testing.T, s *discoveryv1.EndpointSlice) {
 		a, err := netip.ParseAddr(ep.Addresses[0])
 		if err != nil || a.Is4() != (s.AddressType == discoveryv1.AddressTypeIPv4) {
 			t.Fatalf("address %q invalid for %s", ep.Addresses[0], s.AddressType)
+		}
+		if v := fuzzPolicy.Check(a); v.Reason != addresses.Accepted {
+			t.Fatalf("address %s reached a hub slice: %s", a, v)
 		}
 		if ep.Hostname != nil && len(validation.IsDNS1123Label(*ep.Hostname)) > 0 {
 			t.Fatalf("hostname %q invalid", *ep.Hostname)
@@ -141,8 +160,8 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sl := &discoveryv1.EndpointSlice{AddressType: tc.at, Endpoints: []discoveryv1.Endpoint{tc.ep}, Ports: []discoveryv1.EndpointPort{tc.port}}
 			before := sl.DeepCopy()
-			out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}})
-			if dropped != tc.dropped {
+			out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+			if dropped := refused.Total(); dropped != tc.dropped || refused.Counts[addresses.Invalid] != dropped {
 				t.Fatalf("dropped %d, want %d", dropped, tc.dropped)
 			}
 			if tc.dropped == 0 && out.Slices[0] != sl {
@@ -158,8 +177,8 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 	for i := 0; i < 1500; i++ {
 		big.Endpoints = append(big.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.1", i/256, i%256)}})
 	}
-	out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{big}})
-	if dropped != 500 || len(out.Slices[0].Endpoints) != maxMemberSliceEndpoints {
+	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{big}}, nil)
+	if dropped := refused.Total(); dropped != 500 || len(out.Slices[0].Endpoints) != maxMemberSliceEndpoints {
 		t.Fatalf("oversized slice: dropped %d, kept %d", dropped, len(out.Slices[0].Endpoints))
 	}
 }
@@ -175,8 +194,8 @@ func TestSanitizeDropsAnUnnamedPortBesideNamedOnes(t *testing.T) {
 		},
 	}
 	before := sl.DeepCopy()
-	out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}})
-	if dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
+	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+	if dropped := refused.Total(); dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
 		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
 	}
 	if ps := out.Slices[0].Ports; len(ps) != 1 || *ps[0].Name != "metrics" {
@@ -187,7 +206,7 @@ func TestSanitizeDropsAnUnnamedPortBesideNamedOnes(t *testing.T) {
 	}
 	// One unnamed port alone is fine.
 	sl.Ports = sl.Ports[:1]
-	if out, _ := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}); out.Slices[0] != sl {
+	if out, _ := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil); out.Slices[0] != sl {
 		t.Error("a slice with one unnamed port was changed")
 	}
 }
@@ -205,8 +224,8 @@ func TestSanitizeDropsARepeatedPortName(t *testing.T) {
 		},
 	}
 	before := sl.DeepCopy()
-	out, dropped := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}})
-	if dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
+	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+	if dropped := refused.Total(); dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
 		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
 	}
 	ps := out.Slices[0].Ports

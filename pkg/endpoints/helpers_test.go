@@ -137,8 +137,8 @@ func sizes(list []*discoveryv1.EndpointSlice) []int {
 	return out
 }
 
-// addresses returns the first addresses of all endpoints in list, sorted.
-func addresses(list []*discoveryv1.EndpointSlice) []string {
+// firstAddresses returns the first addresses of all endpoints in list, sorted.
+func firstAddresses(list []*discoveryv1.EndpointSlice) []string {
 	var out []string
 	for _, s := range list {
 		for _, ep := range s.Endpoints {

@@ -78,7 +78,7 @@ func TestPlanSlicesCarriesTheRecord(t *testing.T) {
 	if len(plan.Update) != len(state) || len(plan.Create)+len(plan.Delete) != 0 {
 		t.Fatalf("record change: %s, want every slice updated", describe(plan))
 	}
-	if !reflect.DeepEqual(addresses(plan.Update), addresses(state)) {
+	if !reflect.DeepEqual(firstAddresses(plan.Update), firstAddresses(state)) {
 		t.Error("a record change moved endpoints")
 	}
 	for _, s := range plan.Update {

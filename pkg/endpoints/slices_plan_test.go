@@ -41,7 +41,7 @@ func TestPlanSlicesSizing(t *testing.T) {
 		if got, want := names(plan.Create), sliceNames(0, 1, 2)[:len(tt.sizes)]; !slices.Equal(got, want) {
 			t.Errorf("%d endpoints: names %v, want %v", tt.endpoints, got, want)
 		}
-		if got := addresses(plan.Create); len(got) != tt.endpoints || len(slices.Compact(got)) != tt.endpoints {
+		if got := firstAddresses(plan.Create); len(got) != tt.endpoints || len(slices.Compact(got)) != tt.endpoints {
 			t.Errorf("%d endpoints: got %d distinct addresses", tt.endpoints, len(got))
 		}
 		for _, s := range plan.Create {
@@ -83,7 +83,7 @@ func TestPlanSlicesAddressTypes(t *testing.T) {
 	}
 	got := map[discoveryv1.AddressType][]string{}
 	for _, s := range plan.Create {
-		got[s.AddressType] = append(got[s.AddressType], addresses([]*discoveryv1.EndpointSlice{s})...)
+		got[s.AddressType] = append(got[s.AddressType], firstAddresses([]*discoveryv1.EndpointSlice{s})...)
 	}
 	want := map[discoveryv1.AddressType][]string{
 		discoveryv1.AddressTypeIPv4: {"10.0.0.1"},

@@ -8,6 +8,7 @@ package explain
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
@@ -31,6 +33,9 @@ type Policy struct {
 	// UnreachableGrace and UnreachableWithdraw are the daemon's defaults;
 	// a registration Secret may override them (Member).
 	UnreachableGrace, UnreachableWithdraw time.Duration
+	// Addresses is the daemon's address policy, the hub's Service ranges
+	// included; a registration may narrow it (Member.AllowedEndpoints).
+	Addresses addresses.Policy
 }
 
 // Input is what explain reads for one service Namespace/Name.
@@ -64,6 +69,9 @@ type Member struct {
 	// UnreachableGrace and UnreachableWithdraw override the policy's when
 	// set (the Secret's annotations).
 	UnreachableGrace, UnreachableWithdraw *time.Duration
+	// AllowedEndpoints are the registration's allowed ranges (see
+	// lifecycle.Policy.AllowedEndpoints); nil for none.
+	AllowedEndpoints []netip.Prefix
 
 	// ReadError is why the member could not be read; "" when it was (or
 	// reading members was not allowed: Read false).
@@ -110,10 +118,13 @@ type MemberRow struct {
 	// ServiceExport's conditions, or why it is not.
 	Export     string   `json:"export"`
 	Conditions []string `json:"conditions,omitempty"`
-	// Endpoints in the member: ready, not ready, dropped as invalid.
-	Ready    int `json:"ready"`
-	NotReady int `json:"notReady"`
-	Dropped  int `json:"dropped"`
+	// Endpoints in the member: ready, not ready, and refused (not
+	// aggregated), with the refused ones by reason and the first few.
+	Ready    int            `json:"ready"`
+	NotReady int            `json:"notReady"`
+	Dropped  int            `json:"dropped"`
+	Refused  map[string]int `json:"refused,omitempty"`
+	Refusals string         `json:"refusals,omitempty"`
 	// Hub is what the hub holds from the member.
 	Hub     string `json:"hub"`
 	Verdict string `json:"verdict"`
@@ -202,7 +213,17 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	}
 	if m.Read && m.ReadError == "" {
 		row.Service = describeService(m.Service)
-		row.Ready, row.NotReady, row.Dropped = countEndpoints(m)
+		var refused endpoints.Refusals
+		row.Ready, row.NotReady, refused = countEndpoints(in.Policy, m)
+		if row.Dropped = refused.Total(); row.Dropped > 0 {
+			row.Refused = map[string]int{}
+			for _, r := range addresses.Refused {
+				if n := refused.Counts[r]; n > 0 {
+					row.Refused[r.String()] = n
+				}
+			}
+			row.Refusals = refused.String()
+		}
 	}
 	row.Export, row.Conditions = describeExport(in.Policy, m)
 	row.Hub = describeHub(m)
@@ -262,12 +283,14 @@ func portString(name string, port int32, protocol corev1.Protocol) string {
 }
 
 // countEndpoints counts the member's endpoints as the daemon would take
-// them: ready, not ready, and dropped as invalid.
-func countEndpoints(m Member) (ready, notReady, dropped int) {
+// them: ready, not ready, and refused.
+func countEndpoints(p Policy, m Member) (ready, notReady int, refused endpoints.Refusals) {
 	if m.Service == nil {
-		return 0, 0, 0
+		return 0, 0, refused
 	}
-	clean, dropped := endpoints.Sanitize(endpoints.Source{Cluster: m.Name, Service: m.Service, Slices: m.Slices})
+	policy := p.Addresses
+	policy.MemberAllowed = m.AllowedEndpoints
+	clean, refused := endpoints.Sanitize(endpoints.Source{Cluster: m.Name, Service: m.Service, Slices: m.Slices}, &policy)
 	for _, s := range clean.Slices {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 			continue
@@ -280,7 +303,7 @@ func countEndpoints(m Member) (ready, notReady, dropped int) {
 			}
 		}
 	}
-	return ready, notReady, dropped
+	return ready, notReady, refused
 }
 
 func describeExport(p Policy, m Member) (string, []string) {
@@ -343,6 +366,9 @@ func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.Imp
 		if in.Policy.Export.Include.Len() > 0 && !in.Policy.Export.Include.Has(ns) {
 			return fmt.Sprintf("not exported: namespace %s is not in --include-namespaces", ns)
 		}
+		if ns == in.Policy.Export.Own && !in.Policy.Export.Exclude.Has(ns) {
+			return fmt.Sprintf("not exported: namespace %s is the daemon's own (--namespace); list it in --include-namespaces to export from it", ns)
+		}
 		return fmt.Sprintf("not exported: namespace %s is excluded by --exclude-namespaces", ns)
 	}
 	if down {
@@ -387,7 +413,13 @@ func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.Imp
 			}
 		}
 	}
-	return fmt.Sprintf("imported: %d endpoint(s) in the hub, %d ready", n, ready)
+	v := fmt.Sprintf("imported: %d endpoint(s) in the hub, %d ready", n, ready)
+	if m.Read && m.ReadError == "" && m.Service != nil {
+		if _, _, refused := countEndpoints(in.Policy, m); refused.Total() > 0 {
+			v += fmt.Sprintf("; %d refused: %s", refused.Total(), refused)
+		}
+	}
+	return v
 }
 
 // memberVerdict explains a member Service that is not exported, or "".
@@ -398,6 +430,8 @@ func memberVerdict(p Policy, m Member) string {
 		return "not exported: the ServiceExport has no Service of that name in this cluster"
 	case svc == nil:
 		return "not exported: no such Service in this cluster"
+	case svc.Namespace == metav1.NamespaceDefault && svc.Name == "kubernetes":
+		return "not exported: default/kubernetes is the cluster's API server, never exported"
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
 		return "not exported: ExternalName Services cannot be exported"
 	case svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue:

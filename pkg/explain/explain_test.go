@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,29 @@ func TestBuildVerdicts(t *testing.T) {
 			m.ReadError, m.Service, m.Export, m.HubSlices = "connection refused", nil, nil, nil
 			in.Members, in.Import = []Member{m}, nil
 		}, "unknown: the member could not be read (connection refused)"},
+		{"the API server's Service", func(in *Input) {
+			in.Namespace, in.Name = "default", "kubernetes"
+			m := healthy("east", 443, time.Hour)
+			m.Service.Namespace, m.Service.Name = "default", "kubernetes"
+			m.HubSlices = nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "not exported: default/kubernetes is the cluster's API server, never exported"},
+		{"the daemon's own namespace", func(in *Input) {
+			in.Namespace, in.Policy.Export.Own = "endpoint-aggregator", "endpoint-aggregator"
+			in.Members = []Member{healthy("east", 80, time.Hour)}
+		}, "not exported: namespace endpoint-aggregator is the daemon's own (--namespace); list it in --include-namespaces"},
+		{"refused endpoints", func(in *Input) {
+			in.Policy.Addresses.HubServiceRanges = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+			m := healthy("east", 80, time.Hour)
+			m.Slices[0].Endpoints = append(m.Slices[0].Endpoints,
+				discoveryv1.Endpoint{Addresses: []string{"10.96.0.1"}}, discoveryv1.Endpoint{Addresses: []string{"169.254.169.254"}})
+			in.Members = []Member{m}
+		}, "imported: 1 endpoint(s) in the hub, 1 ready; 2 refused: 1 special_address, 1 hub_service_range: 10.96.0.1 (inside the hub's Service range 10.96.0.0/12), 169.254.169.254 (link-local address)"},
+		{"refused by the registration's ranges", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.AllowedEndpoints = []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}
+			in.Members = []Member{m}
+		}, "1 refused: 1 not_allowed_range: 10.1.0.1 (outside the allowed ranges of the member's registration)"},
 		{"per-cluster name taken", func(in *Input) {
 			m := healthy("east", 80, time.Hour)
 			m.HubServiceTaken = true

@@ -13,7 +13,10 @@
 // withdraw), whatever phase it is in.
 package lifecycle
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // Phase is how far a member got.
 type Phase int
@@ -60,17 +63,27 @@ type State struct {
 	Since       time.Time
 	// Reason says why the member is unreachable, for Events and status.
 	Reason string
-	// Policy holds the registration's overrides of the unreachable policy.
+	// Policy holds the registration's overrides of the daemon's policies.
 	Policy Policy
+	// RegisteredAt is when the hub first saw the registration (its
+	// creationTimestamp, by the hub's clock); zero for a member the daemon
+	// registers itself. No export of the member counts as older.
+	RegisteredAt time.Time
 }
 
 // Registered reports whether a registration names the member.
 func (s State) Registered() bool { return s.Phase != Unregistered }
 
-// Policy holds a registration's overrides of the daemon's unreachable
-// policy; nil keeps the daemon's duration, zero turns the step off.
+// Policy holds a registration's overrides of the daemon's policies.
 type Policy struct {
+	// Grace and Withdraw override the unreachable policy's durations; nil
+	// keeps the daemon's, zero turns the step off.
 	Grace, Withdraw *time.Duration
+	// AllowedEndpoints, when not nil, are the only ranges the member's
+	// endpoints may be in, besides the daemon's own allowed ranges (it
+	// narrows them, never widens). Empty: none, as for a registration
+	// whose list cannot be read.
+	AllowedEndpoints []netip.Prefix
 }
 
 // Resolve applies the overrides to the daemon's grace and withdraw

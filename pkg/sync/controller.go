@@ -27,6 +27,7 @@ import (
 	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
@@ -81,6 +82,11 @@ type Options struct {
 	Metrics           *Metrics
 	// Clock times the unreachable policy; nil is the real clock.
 	Clock Clock
+	// Addresses is the daemon's policy for member endpoint addresses (see
+	// package addresses). Its HubServiceRanges are fixed ones; with
+	// WatchServiceCIDRs, the hub's ServiceCIDRs are read too.
+	Addresses         addresses.Policy
+	WatchServiceCIDRs bool
 }
 
 // Clock is the time the controller reads and the timers it sets:
@@ -149,6 +155,9 @@ type Controller struct {
 	importInf   cache.SharedIndexInformer
 	namespaces  corelisters.NamespaceLister
 	nsInf       cache.SharedIndexInformer
+	// cidrInf caches the hub's ServiceCIDRs (WatchServiceCIDRs); nil
+	// otherwise.
+	cidrInf cache.SharedIndexInformer
 
 	// retrying holds the keys waiting out a backoff after an error; the
 	// workqueue does not count them in Len.
@@ -164,6 +173,9 @@ type Controller struct {
 	startTime      time.Time
 	statsMu        stdsync.Mutex
 	endpointCounts map[Key]int
+	// refusedCounts holds, for each member key whose sync refused
+	// endpoints, how many by reason.
+	refusedCounts map[Key][addresses.NumReasons]int
 
 	// started is closed once startup garbage collection has been queued.
 	started chan struct{}
@@ -220,6 +232,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		policy:     newPolicyTimers(opts.Clock),
 
 		endpointCounts: map[Key]int{},
+		refusedCounts:  map[Key][addresses.NumReasons]int{},
 		startTime:      time.Now(),
 	}
 
@@ -249,10 +262,18 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	c.imports = mcsFactory.Multicluster().V1beta1().ServiceImports().Lister()
 	c.nsInf = nsFactory.Core().V1().Namespaces().Informer()
 	c.namespaces = nsFactory.Core().V1().Namespaces().Lister()
+	ranges := serviceRanges{fixed: opts.Addresses.HubServiceRanges}
+	if opts.WatchServiceCIDRs {
+		c.cidrInf = nsFactory.Networking().V1().ServiceCIDRs().Informer()
+		ranges.lister = nsFactory.Networking().V1().ServiceCIDRs().Lister()
+		if _, err := c.cidrInf.AddEventHandler(changeHandler(c.serviceRangesChanged)); err != nil {
+			return nil, err
+		}
+	}
 	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
 	c.read = &hubReader{
 		services: c.services, endpoints: c.endpointInf.GetIndexer(), slices: c.sliceInf.GetIndexer(),
-		imports: c.imports, namespaces: c.namespaces, written: c.written, taken: &c.taken,
+		imports: c.imports, namespaces: c.namespaces, ranges: ranges, written: c.written, taken: &c.taken,
 		getService: func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
 			return hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
@@ -304,7 +325,7 @@ func (c *Controller) HasStarted() bool {
 // HubSynced reports whether the hub caches have synced.
 func (c *Controller) HubSynced() bool {
 	return c.serviceInf.HasSynced() && c.endpointInf.HasSynced() && c.sliceInf.HasSynced() &&
-		c.importInf.HasSynced() && c.nsInf.HasSynced()
+		c.importInf.HasSynced() && c.nsInf.HasSynced() && (c.cidrInf == nil || c.cidrInf.HasSynced())
 }
 
 // StartInformers starts the hub informers. Standby replicas call it to keep

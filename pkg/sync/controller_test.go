@@ -328,14 +328,59 @@ func TestExportPolicy(t *testing.T) {
 		{"excluded namespace", ExportAll, system, false},
 		{"serviceexport mode without a ServiceExport", ExportServiceExport, annotated, false},
 		{"nil service", ExportAll, nil, false},
+		{"the API server's Service is never exported", ExportAll, service("default", "kubernetes"), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ExportPolicy{Mode: tc.mode, Exclude: exclude}
-			if _, got := p.export("c1", m, tc.svc); got != tc.want {
+			if _, got := p.export("c1", m, tc.svc, time.Time{}); got != tc.want {
 				t.Errorf("exported = %v, want %v", got, tc.want)
 			}
 		})
+	}
+	// Not even when an operator includes its namespace and excludes none,
+	// or exports it explicitly.
+	for _, mode := range []ExportMode{ExportAll, ExportAnnotation, ExportServiceExport} {
+		api := service("default", "kubernetes")
+		api.Annotations = map[string]string{AnnotationExport: "true"}
+		m := newFakeMember()
+		m.exports["default/kubernetes"] = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}}
+		p := ExportPolicy{Mode: mode, Include: sets.New("default")}
+		if _, got := p.export("c1", m, api, time.Time{}); got {
+			t.Errorf("mode %s exports default/kubernetes", mode)
+		}
+	}
+}
+
+// A member controls its own clock: an export claiming to be older than
+// the member's registration on the hub counts from the registration.
+func TestExportTimeIsNeverBeforeTheRegistration(t *testing.T) {
+	registered := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		claimed time.Time
+		want    time.Time
+	}{
+		{"claims 1970", time.Unix(0, 0), registered},
+		{"claims a second before", registered.Add(-time.Second), registered},
+		{"exported later", registered.Add(time.Hour), registered.Add(time.Hour)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFakeMember()
+			m.exports["shop/cart"] = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart", CreationTimestamp: metav1.NewTime(tc.claimed)}}
+			p := ExportPolicy{Mode: ExportServiceExport}
+			e, ok := p.export("c1", m, service("shop", "cart"), registered)
+			if !ok || !e.Created.Time.Equal(tc.want) {
+				t.Errorf("export = %v at %v, want exported at %v", ok, e.Created.Time, tc.want)
+			}
+		})
+	}
+	// A member the daemon registers itself (zero time) keeps its claim.
+	m := newFakeMember()
+	svc := service("shop", "cart")
+	svc.CreationTimestamp = metav1.NewTime(time.Unix(0, 0))
+	if e, _ := (ExportPolicy{Mode: ExportAll}).export("hub", m, svc, time.Time{}); !e.Created.Time.Equal(time.Unix(0, 0)) {
+		t.Errorf("a static member's export time = %v, want its claim", e.Created.Time)
 	}
 }
 

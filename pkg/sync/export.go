@@ -2,8 +2,10 @@ package sync
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -24,8 +26,15 @@ const (
 // AnnotationExport marks a member Service as exported in annotation mode.
 const AnnotationExport = "endpoint-aggregator.io/export"
 
-// DefaultExcludedNamespaces are never exported unless included explicitly.
+// DefaultExcludedNamespaces are never exported by default (the daemon adds
+// its own namespace); --exclude-namespaces replaces the list.
 var DefaultExcludedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// isAPIServerService reports whether namespace/name is a cluster's own
+// kubernetes Service, its API server: never exported, whatever the policy.
+func isAPIServerService(namespace, name string) bool {
+	return namespace == metav1.NamespaceDefault && name == "kubernetes"
+}
 
 // ParseExportMode validates a --export-mode value.
 func ParseExportMode(s string) (ExportMode, error) {
@@ -43,6 +52,8 @@ type ExportPolicy struct {
 	Include sets.Set[string]
 	// Exclude is never exported.
 	Exclude sets.Set[string]
+	// Own is the daemon's namespace: not exported unless Include lists it.
+	Own string
 }
 
 // NamespaceSelected reports whether services in ns may be exported.
@@ -50,14 +61,30 @@ func (p ExportPolicy) NamespaceSelected(ns string) bool {
 	if p.Include.Len() > 0 && !p.Include.Has(ns) {
 		return false
 	}
+	if ns == p.Own && !p.Include.Has(ns) {
+		return false
+	}
 	return !p.Exclude.Has(ns)
 }
 
 // export returns the export of svc from member cluster, or false when svc is
 // not exported. Objects this daemon wrote are never exported again, so a hub
-// that is also a member cannot feed its own output back in.
-func (p ExportPolicy) export(cluster string, m Member, svc *corev1.Service) (endpoints.Export, bool) {
-	if svc == nil || !p.NamespaceSelected(svc.Namespace) {
+// that is also a member cannot feed its own output back in; nor is a
+// cluster's kubernetes Service. The export's time is the member's claim,
+// but never earlier than registered, when the hub first registered the
+// member: a member controls its own clock and timestamps, and the oldest
+// export wins a conflict.
+func (p ExportPolicy) export(cluster string, m Member, svc *corev1.Service, registered time.Time) (endpoints.Export, bool) {
+	e, ok := p.claimed(cluster, m, svc)
+	if ok && e.Created.Time.Before(registered) {
+		e.Created = metav1.NewTime(registered)
+	}
+	return e, ok
+}
+
+// claimed is the export as the member states it.
+func (p ExportPolicy) claimed(cluster string, m Member, svc *corev1.Service) (endpoints.Export, bool) {
+	if svc == nil || !p.NamespaceSelected(svc.Namespace) || isAPIServerService(svc.Namespace, svc.Name) {
 		return endpoints.Export{}, false
 	}
 	if svc.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue || svc.Spec.Type == corev1.ServiceTypeExternalName {

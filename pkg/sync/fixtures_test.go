@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"sort"
 	"testing"
@@ -37,6 +38,10 @@ type fakeMember struct {
 	downSince time.Time
 	// statusWrites lists the ServiceExports whose conditions were written.
 	statusWrites []string
+	// registered and allowed are its registration's time and allowed
+	// ranges (lifecycle.State).
+	registered time.Time
+	allowed    []netip.Prefix
 }
 
 func newFakeMember() *fakeMember {
@@ -50,7 +55,8 @@ func newFakeMember() *fakeMember {
 func (m *fakeMember) HasSynced() bool    { return m.synced }
 func (m *fakeMember) SyncTimedOut() bool { return !m.synced }
 func (m *fakeMember) state() lifecycle.State {
-	st := lifecycle.State{Phase: lifecycle.Connected, Owned: true}
+	st := lifecycle.State{Phase: lifecycle.Connected, Owned: true, RegisteredAt: m.registered}
+	st.Policy.AllowedEndpoints = m.allowed
 	if m.synced {
 		st.Phase = lifecycle.Synced
 	}

@@ -54,13 +54,13 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		if apierrors.IsNotFound(err) {
 			svc = nil
 		}
-		if e, ok := c.opts.Export.export(key.Cluster, m, svc); ok {
+		if e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt); ok {
 			slices, err := m.EndpointSlices(key.Namespace, key.Name)
 			if err != nil {
 				return err
 			}
-			clean, dropped := endpoints.Sanitize(endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices})
-			out.dropped = dropped
+			clean, refused := endpoints.Sanitize(endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices}, c.addressPolicy(st))
+			out.refused = &refused
 			clean.Record = endpoints.ExportRecord(e)
 			if step == lifecycle.MarkNotReady {
 				clean = endpoints.MarkNotReady(clean)

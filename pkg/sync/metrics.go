@@ -5,6 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 const (
@@ -53,9 +56,6 @@ type Metrics struct {
 	MemberWrites *prometheus.CounterVec
 	// SkippedNamespace counts syncs skipped because the hub lacks the namespace.
 	SkippedNamespace prometheus.Counter
-	// InvalidEndpoints counts member endpoints dropped because the hub would
-	// reject them (bad address, hostname, ports, or over the slice limit).
-	InvalidEndpoints prometheus.Counter
 	// UnreadableRecords counts merges that found an export record they
 	// could not read on a member's hub slices: the merge waits for that
 	// member's sync, which it queues, to rewrite the record.
@@ -95,10 +95,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "namespace_missing_total",
 			Help: "Syncs skipped because the hub has no namespace of that name (see --create-namespaces).",
 		}),
-		InvalidEndpoints: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "invalid_member_endpoints_total",
-			Help: "Member endpoints not aggregated because the hub's API server would reject them.",
-		}),
 		UnreadableRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "unreadable_export_records_total",
 			Help: "Export records on hub slices that a ServiceImport merge could not read; the merge waits for the member's sync to rewrite them.",
@@ -118,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.InvalidEndpoints, m.UnreadableRecords, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
 	}
 	return m
 }
@@ -132,6 +128,9 @@ var (
 		"Keys whose last sync waits for a precondition: a member's first sync, the registrations, a hub namespace.", nil, nil)
 	unechoedWritesDesc = prometheus.NewDesc(namespace+"_unechoed_writes",
 		"Hub writes whose watch event the hub caches have not delivered yet.", nil, nil)
+	refusedEndpointsDesc = prometheus.NewDesc(namespace+"_refused_member_endpoints",
+		"Member endpoints the daemon refuses to aggregate now, by cluster and reason (invalid, special_address, hub_service_range, denied_range, not_allowed_range).",
+		[]string{"cluster", "reason"}, nil)
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
@@ -142,6 +141,7 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clusterServicesDesc
 	ch <- waitingKeysDesc
 	ch <- unechoedWritesDesc
+	ch <- refusedEndpointsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -152,13 +152,45 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		endpoints[k.Cluster] += n
 		services[k.Cluster]++
 	}
+	refused := map[string]*[addresses.NumReasons]int{}
+	for k, counts := range c.refusedCounts {
+		sum := refused[k.Cluster]
+		if sum == nil {
+			sum = new([addresses.NumReasons]int)
+			refused[k.Cluster] = sum
+		}
+		for r, n := range counts {
+			sum[r] += n
+		}
+	}
 	c.statsMu.Unlock()
+	// Every reason of a cluster with refusals has a series, zeros
+	// included, so that a drop to zero shows.
+	for cluster, sum := range refused {
+		for _, r := range addresses.Refused {
+			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(sum[r]), cluster, r.String())
+		}
+	}
 	for cluster, n := range endpoints {
 		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(n), cluster)
 		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(services[cluster]), cluster)
 	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
+}
+
+// recordRefused remembers what a member key's sync refused (nil or none:
+// nothing) and reports whether that changed.
+func (c *Controller) recordRefused(key Key, r *endpoints.Refusals) bool {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	before, had := c.refusedCounts[key]
+	if r == nil || r.Total() == 0 {
+		delete(c.refusedCounts, key)
+		return had
+	}
+	c.refusedCounts[key] = r.Counts
+	return !had || before != r.Counts
 }
 
 // recordEndpoints remembers how many endpoints a member service contributes;

@@ -19,15 +19,16 @@ type outcome struct {
 	follow []Key
 	waits  []pendingWait
 	events []event
-	// dropped counts member endpoints the hub would reject; missingNS is
-	// set when the hub lacks the key's namespace; unreadable counts export
-	// records the merge could not read.
-	dropped, unreadable int
-	missingNS           bool
+	// missingNS is set when the hub lacks the key's namespace; unreadable
+	// counts export records the merge could not read.
+	unreadable int
+	missingNS  bool
 	// endpoints is what the key contributes to its cluster's gauge (-1:
-	// nothing), when the sync got that far; changed is the newest member
-	// change it wrote (zero: none).
+	// nothing), when the sync got that far, and refused the member
+	// endpoints it refused (nil: the key has no source); changed is the
+	// newest member change it wrote (zero: none).
 	endpoints *int
+	refused   *endpoints.Refusals
 	changed   time.Time
 }
 
@@ -92,9 +93,8 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 			klog.InfoS("Export conflict", "key", key.String(), "message", e.msg)
 		}
 	}
-	if out.dropped > 0 {
-		c.metrics.InvalidEndpoints.Add(float64(out.dropped))
-		klog.V(1).InfoS("Dropped invalid member endpoints", "key", key.String(), "count", out.dropped)
+	if out.endpoints != nil && key.Cluster != "" && c.recordRefused(key, out.refused) {
+		c.reportRefused(key, out.refused)
 	}
 	if out.missingNS {
 		c.metrics.SkippedNamespace.Inc()

@@ -33,6 +33,7 @@ type hubReader struct {
 	slices     cache.Indexer // digests, indexed bySource
 	imports    mcslisters.ServiceImportLister
 	namespaces corelisters.NamespaceLister
+	ranges     serviceRanges
 	written    *written
 	taken      *taken
 	getService func(ctx context.Context, namespace, name string) (*corev1.Service, error)

@@ -72,10 +72,11 @@ const (
 // must reach the hub (its latency is logged). Afterwards every hub write must
 // have been accepted by the hub's API server (a 409 from a lagging cache
 // aside), and the hub must hold exactly the valid part of the input: no
-// invalid endpoint (each one dropped is counted in
-// invalid_member_endpoints_total), no FQDN endpoint (FQDN slices are skipped
-// whole, uncounted), each duplicate once, nothing from the unlabelled slice,
-// one distinct per-cluster name of at most 63 characters per member Service.
+// invalid endpoint (each one refused is counted, once, in the gauge
+// refused_member_endpoints{reason="invalid"}), no FQDN endpoint (FQDN
+// slices are skipped whole, uncounted), each duplicate once, nothing from
+// the unlabelled slice, one distinct per-cluster name of at most 63
+// characters per member Service.
 // The daemon must still be ready, with a bounded heap (logged).
 func TestHostileMemberIsBoundedAndProducesOnlyValidHubObjects(t *testing.T) {
 	start := time.Now()
@@ -287,10 +288,12 @@ func TestHostileMemberIsBoundedAndProducesOnlyValidHubObjects(t *testing.T) {
 					name, ready, notReady, truncated, c.ready, c.notReady, c.truncated)
 			}
 		}
-		if n := counterValue(t, d, "endpoint_aggregator_invalid_member_endpoints_total"); n < float64(fx.invalidDropped) {
-			t.Errorf("invalid_member_endpoints_total = %v, want at least the %d invalid endpoints east sent", n, fx.invalidDropped)
-		} else {
-			t.Logf("invalid_member_endpoints_total = %v (%d distinct invalid endpoints, counted once per sync)", n, fx.invalidDropped)
+		// The gauge counts what is refused now, each endpoint once.
+		if n := refusedValue(t, d, "east", "invalid"); n != float64(fx.invalidDropped) {
+			t.Errorf("refused_member_endpoints{cluster=east,reason=invalid} = %v, want the %d invalid endpoints east sent", n, fx.invalidDropped)
+		}
+		if n := refusedValue(t, d, "west", "invalid"); n != 0 {
+			t.Errorf("refused_member_endpoints{cluster=west,reason=invalid} = %v, want 0", n)
 		}
 	})
 
@@ -862,4 +865,29 @@ func abbrev(s []string) string {
 		return fmt.Sprint(s)
 	}
 	return fmt.Sprintf("[%s ... %s]", strings.Join(s[:3], " "), strings.Join(s[len(s)-3:], " "))
+}
+
+// refusedValue reads refused_member_endpoints of one cluster and reason (0
+// if absent).
+func refusedValue(t *testing.T, d *daemon, cluster, reason string) float64 {
+	t.Helper()
+	mfs, err := d.Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "endpoint_aggregator_refused_member_endpoints" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["cluster"] == cluster && labels["reason"] == reason {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -70,6 +75,12 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		return nil, fmt.Errorf("hub MCS client: %w", err)
 	}
 
+	if len(o.HubServiceCIDRs) == 0 {
+		if err := checkServiceCIDRsServed(hub.Discovery()); err != nil {
+			return nil, err
+		}
+	}
+
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -106,6 +117,8 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		LeaseDuration:       o.MemberLeaseDuration,
 		Recorder:            recorder,
 		Metrics:             metrics,
+		Addresses:           o.addressPolicy(),
+		WatchServiceCIDRs:   len(o.HubServiceCIDRs) == 0,
 	})
 	if err != nil {
 		return nil, err
@@ -278,3 +291,19 @@ func (m *memberSet) Lookup(name string) (lifecycle.State, easync.Member) {
 
 func (m *memberSet) Names() []string     { return m.registry.Names() }
 func (m *memberSet) SecretsSynced() bool { return m.registry.SecretsSynced() }
+
+// checkServiceCIDRsServed fails when the hub does not serve
+// networking.k8s.io/v1 ServiceCIDRs, which the daemon reads to keep member
+// endpoints out of the hub's Service ranges: such a hub needs
+// --hub-service-cidrs. Any other error is left to the informer, which
+// retries.
+func checkServiceCIDRsServed(d discovery.DiscoveryInterface) error {
+	list, err := d.ServerResourcesForGroupVersion(networkingv1.SchemeGroupVersion.String())
+	if apierrors.IsNotFound(err) || (err == nil && !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "servicecidrs" })) {
+		return errors.New("the hub serves no networking.k8s.io/v1 ServiceCIDRs (Kubernetes before 1.33?): set --hub-service-cidrs to its Service IP ranges (its --service-cluster-ip-range), so that no member endpoint can be one of its ClusterIPs")
+	}
+	if err != nil {
+		klog.InfoS("Could not check that the hub serves ServiceCIDRs; watching them", "err", err)
+	}
+	return nil
+}

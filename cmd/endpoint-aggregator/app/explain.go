@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -26,6 +27,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/explain"
@@ -47,6 +49,11 @@ type explainOptions struct {
 	UnreachableWithdraw time.Duration
 	HubIsMember         bool
 	HubClusterName      string
+	// The daemon's address policy; the hub's ServiceCIDRs are read unless
+	// HubServiceCIDRs is set.
+	DeniedEndpointCIDRs  []string
+	AllowedEndpointCIDRs []string
+	HubServiceCIDRs      []string
 	// Members from ClusterProfiles, as the daemon's flags say.
 	ClusterProfileNamespaces []string
 	ClusterManager           string
@@ -75,14 +82,18 @@ Service, its EndpointSlices and its ServiceExport. It writes nothing.
 Verdicts depend on the daemon's configuration: pass the flags it runs with
 (--export-mode, --include-namespaces, --exclude-namespaces,
 --create-namespaces, --per-cluster-services, --unreachable-grace,
---unreachable-withdraw, --hub-is-member, --hub-cluster-name).
+--unreachable-withdraw, --hub-is-member, --hub-cluster-name,
+--denied-endpoint-cidrs, --allowed-endpoint-cidrs, --hub-service-cidrs).
+The hub's Service ranges are read from its ServiceCIDRs unless
+--hub-service-cidrs is given.
 
 One row per registered member, then the ServiceImport, then one verdict per
 member, e.g.:
   not exported: namespace kube-system is excluded by --exclude-namespaces
   not imported: hub namespace shop does not exist (start the daemon with --create-namespaces or create it)
   conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export
-  stale: member unreachable for 4m0s; its endpoints are kept (policy keep)`,
+  stale: member unreachable for 4m0s; its endpoints are kept (policy keep)
+  imported: 3 endpoint(s) in the hub, 3 ready; 1 refused: 1 hub_service_range: 10.96.0.1 (inside the hub's Service range 10.96.0.0/12)`,
 		Example: `  endpoint-aggregator explain shop/cart --hub-context hub
   endpoint-aggregator explain shop/cart --hub-context hub --export-mode=annotation -o yaml`,
 		Args: cobra.ExactArgs(1),
@@ -110,6 +121,9 @@ member, e.g.:
 	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "The daemon's --unreachable-withdraw.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "The daemon's --hub-is-member.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "The daemon's --hub-cluster-name.")
+	fs.StringSliceVar(&o.DeniedEndpointCIDRs, "denied-endpoint-cidrs", o.DeniedEndpointCIDRs, "The daemon's --denied-endpoint-cidrs.")
+	fs.StringSliceVar(&o.AllowedEndpointCIDRs, "allowed-endpoint-cidrs", o.AllowedEndpointCIDRs, "The daemon's --allowed-endpoint-cidrs.")
+	fs.StringSliceVar(&o.HubServiceCIDRs, "hub-service-cidrs", o.HubServiceCIDRs, "The daemon's --hub-service-cidrs (default: read the hub's ServiceCIDRs).")
 	fs.StringSliceVar(&o.ClusterProfileNamespaces, "cluster-profile-namespaces", o.ClusterProfileNamespaces, "The daemon's --cluster-profile-namespaces: its ClusterProfile members get rows too.")
 	fs.StringVar(&o.ClusterManager, "cluster-manager", o.ClusterManager, "The daemon's --cluster-manager.")
 	fs.StringVar(&o.AccessProviderFile, "access-provider-file", o.AccessProviderFile, "The daemon's --access-provider-file, to read ClusterProfile members (runs its credential plugins); without it they are not read.")
@@ -139,6 +153,11 @@ func (o *explainOptions) validate() error {
 	if _, err := endpoints.ParsePerClusterMode(o.PerClusterServices); err != nil {
 		errs = append(errs, fmt.Errorf("--per-cluster-services: %w", err))
 	}
+	for flag, cidrs := range map[string][]string{"denied-endpoint-cidrs": o.DeniedEndpointCIDRs, "allowed-endpoint-cidrs": o.AllowedEndpointCIDRs, "hub-service-cidrs": o.HubServiceCIDRs} {
+		if _, err := addresses.ParsePrefixes(cidrs); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -159,10 +178,11 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 	pc, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	mode, _ := easync.ParseExportMode(o.ExportMode)
 	in := explain.Input{Namespace: o.namespace, Name: o.service, Now: time.Now(), Policy: explain.Policy{
-		Export:           easync.ExportPolicy{Mode: mode, Include: sets.New(o.IncludeNamespaces...), Exclude: sets.New(o.ExcludeNamespaces...)},
+		Export:           easync.ExportPolicy{Mode: mode, Include: sets.New(o.IncludeNamespaces...), Exclude: sets.New(o.ExcludeNamespaces...), Own: o.kube.Namespace},
 		CreateNamespaces: o.CreateNamespaces,
 		PerCluster:       pc, UnreachableGrace: o.UnreachableGrace, UnreachableWithdraw: o.UnreachableWithdraw,
 	}}
+	in.Policy.Addresses = o.addressPolicy(ctx, hub, warn)
 	secrets, err := hub.kube.CoreV1().Secrets(o.kube.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
 	if err != nil {
@@ -260,11 +280,11 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		}
 		seen[name] = true
 		m := explain.Member{Name: name, Secret: s.Name}
-		if p, err := clusters.ParsePolicyOverride(s.Annotations); err != nil {
-			warn("registration Secret %s: %v; the daemon's policy is assumed", s.Name, err)
-		} else {
-			m.UnreachableGrace, m.UnreachableWithdraw = p.Grace, p.Withdraw
+		p, err := clusters.ParsePolicyOverride(s.Annotations)
+		if err != nil {
+			warn("registration Secret %s: %v", s.Name, err)
 		}
+		m.UnreachableGrace, m.UnreachableWithdraw, m.AllowedEndpoints = p.Grace, p.Withdraw, p.AllowedEndpoints
 		if !o.ReadMembers {
 			add(m, nil, nil)
 			continue
@@ -281,6 +301,35 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		add(explain.Member{Name: o.HubClusterName}, hub.kube, hub.mcs)
 	}
 	return in, nil
+}
+
+// addressPolicy is the daemon's address policy from its flags, with the
+// hub's Service ranges read from its ServiceCIDRs as the daemon reads them
+// (unless --hub-service-cidrs).
+func (o *explainOptions) addressPolicy(ctx context.Context, hub *cliClients, warn func(string, ...any)) addresses.Policy {
+	denied, _ := addresses.ParsePrefixes(o.DeniedEndpointCIDRs)
+	allowed, _ := addresses.ParsePrefixes(o.AllowedEndpointCIDRs)
+	ranges, _ := addresses.ParsePrefixes(o.HubServiceCIDRs)
+	p := addresses.Policy{Denied: denied, Allowed: allowed, HubServiceRanges: ranges}
+	if len(ranges) > 0 {
+		return p
+	}
+	list, err := hub.kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		warn("listing the hub's ServiceCIDRs: %v; endpoints in its Service ranges are not flagged", err)
+		return p
+	}
+	for _, sc := range list.Items {
+		for _, cidr := range sc.Spec.CIDRs {
+			r, err := netip.ParsePrefix(cidr)
+			if err != nil {
+				warn("hub ServiceCIDR %s: %q: %v", sc.Name, cidr, err)
+				continue
+			}
+			p.HubServiceRanges = append(p.HubServiceRanges, r.Masked())
+		}
+	}
+	return p
 }
 
 // listClusterProfiles lists the ClusterProfiles the daemon registers, when
@@ -313,11 +362,11 @@ func (o *explainOptions) listClusterProfiles(ctx context.Context, hub *cliClient
 func (o *explainOptions) addProfileMember(ctx context.Context, cp *cpv1alpha1.ClusterProfile, providers *clusters.AccessProviders,
 	warn func(string, ...any), add func(explain.Member, kubernetes.Interface, mcsclientset.Interface)) {
 	m := explain.Member{Name: cp.Name, ClusterProfile: cp.Namespace + "/" + cp.Name, ControlPlane: clusters.ControlPlaneUnhealthy(cp)}
-	if p, err := clusters.ParsePolicyOverride(cp.Annotations); err != nil {
-		warn("ClusterProfile %s/%s: %v; the daemon's policy is assumed", cp.Namespace, cp.Name, err)
-	} else {
-		m.UnreachableGrace, m.UnreachableWithdraw = p.Grace, p.Withdraw
+	p, err := clusters.ParsePolicyOverride(cp.Annotations)
+	if err != nil {
+		warn("ClusterProfile %s/%s: %v", cp.Namespace, cp.Name, err)
 	}
+	m.UnreachableGrace, m.UnreachableWithdraw, m.AllowedEndpoints = p.Grace, p.Withdraw, p.AllowedEndpoints
 	if providers == nil || !o.ReadMembers {
 		add(m, nil, nil)
 		return

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
@@ -29,20 +30,25 @@ type Options struct {
 	// MemberCompression lets members gzip their responses.
 	MemberCompression bool
 
-	ExportMode          string
-	IncludeNamespaces   []string
-	ExcludeNamespaces   []string
-	PerClusterServices  string
-	CreateNamespaces    bool
-	MemberSyncTimeout   time.Duration
-	WriteExportStatus   bool
-	UnreachableGrace    time.Duration
-	UnreachableWithdraw time.Duration
-	MemberLeaseDuration time.Duration
-	ProbeInterval       time.Duration
-	ProbeTimeout        time.Duration
-	HubIsMember         bool
-	HubClusterName      string
+	ExportMode        string
+	IncludeNamespaces []string
+	ExcludeNamespaces []string
+	// DeniedEndpointCIDRs, AllowedEndpointCIDRs and HubServiceCIDRs bound
+	// the member endpoint addresses (see package addresses).
+	DeniedEndpointCIDRs  []string
+	AllowedEndpointCIDRs []string
+	HubServiceCIDRs      []string
+	PerClusterServices   string
+	CreateNamespaces     bool
+	MemberSyncTimeout    time.Duration
+	WriteExportStatus    bool
+	UnreachableGrace     time.Duration
+	UnreachableWithdraw  time.Duration
+	MemberLeaseDuration  time.Duration
+	ProbeInterval        time.Duration
+	ProbeTimeout         time.Duration
+	HubIsMember          bool
+	HubClusterName       string
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
@@ -114,7 +120,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.MemberCompression, "member-compression", o.MemberCompression, "Let member API servers gzip their responses (client-go's default). =false saves about 40 KB of daemon memory per member watch (two or three per member) and a compressor in each member API server, at the cost of more bytes on the wire.")
 	fs.StringVar(&o.ExportMode, "export-mode", o.ExportMode, "Which member Services are exported: serviceexport (MCS ServiceExport objects), annotation (endpoint-aggregator.io/export: \"true\") or all.")
 	fs.StringSliceVar(&o.IncludeNamespaces, "include-namespaces", o.IncludeNamespaces, "Only export Services in these namespaces (default: all).")
-	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "Never export Services in these namespaces.")
+	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "Never export Services in these namespaces. The daemon's own --namespace is not exported either unless --include-namespaces lists it; default/kubernetes never is.")
+	fs.StringSliceVar(&o.DeniedEndpointCIDRs, "denied-endpoint-cidrs", o.DeniedEndpointCIDRs, "Refuse member endpoints inside these CIDRs (besides loopback, link-local, multicast and other special addresses, and the hub's Service ranges, which are always refused).")
+	fs.StringSliceVar(&o.AllowedEndpointCIDRs, "allowed-endpoint-cidrs", o.AllowedEndpointCIDRs, "When set, refuse member endpoints outside these CIDRs (your members' pod ranges, say). A registration's annotation "+clusters.AnnotationAllowedEndpointCIDRs+" narrows it for its member.")
+	fs.StringSliceVar(&o.HubServiceCIDRs, "hub-service-cidrs", o.HubServiceCIDRs, "The hub's Service IP ranges, in which no member endpoint may be, for a hub that serves no networking.k8s.io/v1 ServiceCIDRs (default: read from the hub's ServiceCIDRs, and kept current).")
 	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "Per-cluster <svc>-<cluster> Services: mirror (member's type), headless (no hub ClusterIP) or off.")
 	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
 	fs.DurationVar(&o.MemberSyncTimeout, "member-sync-timeout", o.MemberSyncTimeout, "How long a member may take to sync before the daemon is ready without it.")
@@ -181,6 +190,11 @@ func (o *Options) Validate() error {
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))
 	}
+	for flag, cidrs := range map[string][]string{"denied-endpoint-cidrs": o.DeniedEndpointCIDRs, "allowed-endpoint-cidrs": o.AllowedEndpointCIDRs, "hub-service-cidrs": o.HubServiceCIDRs} {
+		if _, err := addresses.ParsePrefixes(cidrs); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
+		}
+	}
 	for _, ns := range o.ClusterProfileNamespaces {
 		if errs1 := validation.IsDNS1123Label(ns); len(errs1) > 0 {
 			errs = append(errs, fmt.Errorf("--cluster-profile-namespaces %q: %s", ns, errs1[0]))
@@ -199,5 +213,15 @@ func (o *Options) exportPolicy() easync.ExportPolicy {
 		Mode:    mode,
 		Include: sets.New(o.IncludeNamespaces...),
 		Exclude: sets.New(o.ExcludeNamespaces...),
+		Own:     o.Namespace,
 	}
+}
+
+// addressPolicy builds the daemon's address policy from validated options:
+// the hub's ServiceCIDRs are added by the controller unless fixed here.
+func (o *Options) addressPolicy() addresses.Policy {
+	denied, _ := addresses.ParsePrefixes(o.DeniedEndpointCIDRs)
+	allowed, _ := addresses.ParsePrefixes(o.AllowedEndpointCIDRs)
+	hub, _ := addresses.ParsePrefixes(o.HubServiceCIDRs)
+	return addresses.Policy{HubServiceRanges: hub, Denied: denied, Allowed: allowed}
 }

@@ -19,6 +19,12 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "zero QPS", mutate: func(o *Options) { o.MemberQPS = 0 }, errText: "QPS"},
 		{name: "cluster profiles without access providers", mutate: func(o *Options) { o.ClusterProfileNamespaces = []string{"fleet"} }, errText: "--access-provider-file"},
 		{name: "access providers without cluster profiles", mutate: func(o *Options) { o.AccessProviderFile = "/etc/ea/providers.json" }, errText: "--cluster-profile-namespaces"},
+		{name: "bad denied CIDR", mutate: func(o *Options) { o.DeniedEndpointCIDRs = []string{"10.0.0.1/8"} }, errText: "--denied-endpoint-cidrs"},
+		{name: "bad allowed CIDR", mutate: func(o *Options) { o.AllowedEndpointCIDRs = []string{"pods"} }, errText: "--allowed-endpoint-cidrs"},
+		{name: "bad hub Service CIDR", mutate: func(o *Options) { o.HubServiceCIDRs = []string{"10.96.0.0"} }, errText: "--hub-service-cidrs"},
+		{name: "good CIDRs", mutate: func(o *Options) {
+			o.DeniedEndpointCIDRs, o.AllowedEndpointCIDRs, o.HubServiceCIDRs = []string{"192.168.0.0/16"}, []string{"10.0.0.0/8", "fd00::/8"}, []string{"10.96.0.0/12"}
+		}},
 		{name: "bad cluster profile namespace", mutate: func(o *Options) {
 			o.ClusterProfileNamespaces, o.AccessProviderFile = []string{"Fleet"}, "/etc/ea/providers.json"
 		}, errText: `--cluster-profile-namespaces "Fleet"`},

@@ -1,0 +1,44 @@
+package sync
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// Event reasons on a ServiceImport for the endpoints a member may not put
+// into the hub.
+const (
+	ReasonEndpointsRefused  = "EndpointsRefused"
+	ReasonEndpointsAccepted = "EndpointsAccepted"
+)
+
+// reportRefused says, when what a member key refuses changed, what it
+// refuses now and why: an Event on the service's ServiceImport (whether or
+// not the hub has it: it is the object an operator looks at for the
+// service) and a log line. The gauge refused_member_endpoints counts them.
+func (c *Controller) reportRefused(key Key, r *endpoints.Refusals) {
+	ref := &corev1.ObjectReference{
+		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
+		Namespace: key.Namespace, Name: key.Name,
+	}
+	if r == nil || r.Total() == 0 {
+		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonEndpointsAccepted,
+			"cluster %s: no endpoint of its export is refused any more", key.Cluster)
+		klog.InfoS("Member endpoints no longer refused", "key", key.String())
+		return
+	}
+	msg := refusalMessage(key.Cluster, r)
+	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonEndpointsRefused, msg)
+	klog.InfoS("Refused member endpoints", "key", key.String(), "message", msg)
+}
+
+// refusalMessage says how many endpoints of a cluster's export were
+// refused, why, and which.
+func refusalMessage(cluster string, r *endpoints.Refusals) string {
+	return fmt.Sprintf("cluster %s: %d endpoint(s) of its export refused, not aggregated: %s", cluster, r.Total(), r)
+}

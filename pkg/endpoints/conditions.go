@@ -54,6 +54,20 @@ func ExportConditions(svc *corev1.Service, imp *mcsv1beta1.ServiceImport, cluste
 	}
 }
 
+// ReasonRefused is the Valid condition's reason on a ServiceExport the
+// daemon refuses to import.
+const ReasonRefused = "Refused"
+
+// RefusedExportConditions returns the conditions of a ServiceExport the
+// daemon refuses to import although its Service exists (the member is past
+// its bounds, or it is default/kubernetes); why says so.
+func RefusedExportConditions(why string, generation int64) []metav1.Condition {
+	return []metav1.Condition{
+		{Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionFalse, Reason: ReasonRefused, Message: why, ObservedGeneration: generation},
+		{Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionFalse, Reason: string(mcsv1beta1.ServiceExportReasonFailed), Message: why, ObservedGeneration: generation},
+	}
+}
+
 // importConflict returns the Conflict condition of imp, or nil.
 func importConflict(imp *mcsv1beta1.ServiceImport) *metav1.Condition {
 	if imp == nil {

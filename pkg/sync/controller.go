@@ -87,6 +87,9 @@ type Options struct {
 	// WatchServiceCIDRs, the hub's ServiceCIDRs are read too.
 	Addresses         addresses.Policy
 	WatchServiceCIDRs bool
+	// MaxMemberServices and MaxMemberEndpoints bound what one member may
+	// export (see exportLedger); zero: no bound.
+	MaxMemberServices, MaxMemberEndpoints int
 }
 
 // Clock is the time the controller reads and the timers it sets:
@@ -168,11 +171,11 @@ type Controller struct {
 	// not synced since.
 	coalescing map[Key]struct{}
 
-	// endpointCounts is what each member service contributes, for the
-	// per-cluster gauges.
-	startTime      time.Time
-	statsMu        stdsync.Mutex
-	endpointCounts map[Key]int
+	// ledger holds each member's exports, for the per-cluster gauges and
+	// the per-member bounds.
+	ledger    *exportLedger
+	startTime time.Time
+	statsMu   stdsync.Mutex
 	// refusedCounts holds, for each member key whose sync refused
 	// endpoints, how many by reason.
 	refusedCounts map[Key][addresses.NumReasons]int
@@ -231,9 +234,9 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
 
-		endpointCounts: map[Key]int{},
-		refusedCounts:  map[Key][addresses.NumReasons]int{},
-		startTime:      time.Now(),
+		ledger:        newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
+		refusedCounts: map[Key][addresses.NumReasons]int{},
+		startTime:     time.Now(),
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and

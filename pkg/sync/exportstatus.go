@@ -53,6 +53,9 @@ func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle
 		imp, blocked = nil, true // someone else's: it says nothing of our merge
 	}
 	want := endpoints.ExportConditions(svc, imp, key.Cluster, se.Generation)
+	if out.exportRefused != "" && svc != nil {
+		want = endpoints.RefusedExportConditions(out.exportRefused, se.Generation)
+	}
 	if blocked && exportable(svc) {
 		// Where every cluster is a hub, another daemon may import it: a
 		// Pending from this one would fight its Ready. The hub's Event says

@@ -54,7 +54,11 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		if apierrors.IsNotFound(err) {
 			svc = nil
 		}
-		if e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt); ok {
+		e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt)
+		if svc != nil && isAPIServerService(key.Namespace, key.Name) {
+			out.exportRefused = "default/kubernetes is the cluster's API server: it is never exported"
+		}
+		if ok {
 			slices, err := m.EndpointSlices(key.Namespace, key.Name)
 			if err != nil {
 				return err
@@ -65,7 +69,15 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 			if step == lifecycle.MarkNotReady {
 				clean = endpoints.MarkNotReady(clean)
 			}
-			src = &clean
+			n := countEndpoints(&clean)
+			out.export = &ledgerEntry{created: e.Created.Time, endpoints: n, admitted: true}
+			if why := c.ledger.judge(key, e.Created.Time, n); why != "" {
+				// Past the member's bounds: not imported, as if not
+				// exported; its ServiceExport and an Event say why.
+				out.export.admitted, out.exportRefused = false, why
+			} else {
+				src = &clean
+			}
 		}
 	}
 

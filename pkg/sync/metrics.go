@@ -131,6 +131,9 @@ var (
 	refusedEndpointsDesc = prometheus.NewDesc(namespace+"_refused_member_endpoints",
 		"Member endpoints the daemon refuses to aggregate now, by cluster and reason (invalid, special_address, hub_service_range, denied_range, not_allowed_range).",
 		[]string{"cluster", "reason"}, nil)
+	refusedServicesDesc = prometheus.NewDesc(namespace+"_refused_member_services",
+		"Exports of each member refused because the member is past --max-member-services or --max-member-endpoints.",
+		[]string{"cluster"}, nil)
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
@@ -142,16 +145,17 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitingKeysDesc
 	ch <- unechoedWritesDesc
 	ch <- refusedEndpointsDesc
+	ch <- refusedServicesDesc
 }
 
 // Collect implements prometheus.Collector.
 func (c *Controller) Collect(ch chan<- prometheus.Metric) {
-	c.statsMu.Lock()
-	endpoints, services := map[string]int{}, map[string]int{}
-	for k, n := range c.endpointCounts {
-		endpoints[k.Cluster] += n
-		services[k.Cluster]++
+	for cluster, t := range c.ledger.clusterTotals() {
+		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(t[1]), cluster)
+		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(t[0]), cluster)
+		ch <- prometheus.MustNewConstMetric(refusedServicesDesc, prometheus.GaugeValue, float64(t[2]), cluster)
 	}
+	c.statsMu.Lock()
 	refused := map[string]*[addresses.NumReasons]int{}
 	for k, counts := range c.refusedCounts {
 		sum := refused[k.Cluster]
@@ -171,10 +175,6 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(sum[r]), cluster, r.String())
 		}
 	}
-	for cluster, n := range endpoints {
-		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(n), cluster)
-		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(services[cluster]), cluster)
-	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
 }
@@ -191,18 +191,6 @@ func (c *Controller) recordRefused(key Key, r *endpoints.Refusals) bool {
 	}
 	c.refusedCounts[key] = r.Counts
 	return !had || before != r.Counts
-}
-
-// recordEndpoints remembers how many endpoints a member service contributes;
-// n < 0 forgets it.
-func (c *Controller) recordEndpoints(key Key, n int) {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	if n < 0 {
-		delete(c.endpointCounts, key)
-		return
-	}
-	c.endpointCounts[key] = n
 }
 
 var (

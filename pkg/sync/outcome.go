@@ -30,6 +30,11 @@ type outcome struct {
 	endpoints *int
 	refused   *endpoints.Refusals
 	changed   time.Time
+	// export is the member key's export as the sync judged it against its
+	// member's bounds (nil: none); exportRefused says why a Service is not
+	// imported although exported (past the bounds, or default/kubernetes).
+	export        *ledgerEntry
+	exportRefused string
 }
 
 // pendingWait is a precondition a sync found missing, and how to tell it
@@ -103,8 +108,14 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	for range out.unreadable {
 		c.metrics.UnreadableRecords.Inc()
 	}
-	if out.endpoints != nil {
-		c.recordEndpoints(key, *out.endpoints)
+	if out.endpoints != nil && key.Cluster != "" {
+		again, wasRefused := c.ledger.record(key, out.export)
+		for _, k := range again {
+			c.enqueue(k, c.foundBy(key, k))
+		}
+		if out.export != nil && out.export.admitted == wasRefused {
+			c.reportAdmission(key, out.export.admitted, out.exportRefused)
+		}
 	}
 	// Trigger times from before the daemon started (a cold start catching
 	// up) measure downtime, not propagation.

@@ -15,6 +15,10 @@ import (
 const (
 	ReasonEndpointsRefused  = "EndpointsRefused"
 	ReasonEndpointsAccepted = "EndpointsAccepted"
+	// A member's export refused, or admitted again, under the per-member
+	// bounds.
+	ReasonExportRefused  = "ExportRefused"
+	ReasonExportAdmitted = "ExportAdmitted"
 )
 
 // reportRefused says, when what a member key refuses changed, what it
@@ -41,4 +45,20 @@ func (c *Controller) reportRefused(key Key, r *endpoints.Refusals) {
 // refused, why, and which.
 func refusalMessage(cluster string, r *endpoints.Refusals) string {
 	return fmt.Sprintf("cluster %s: %d endpoint(s) of its export refused, not aggregated: %s", cluster, r.Total(), r)
+}
+
+// reportAdmission says that a member key's export was refused under its
+// member's bounds, or admitted again, on the service's ServiceImport.
+func (c *Controller) reportAdmission(key Key, admitted bool, why string) {
+	ref := &corev1.ObjectReference{
+		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
+		Namespace: key.Namespace, Name: key.Name,
+	}
+	if admitted {
+		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonExportAdmitted, "cluster %s: its export is within the member's bounds again and imported", key.Cluster)
+		klog.InfoS("Member export admitted", "key", key.String())
+		return
+	}
+	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonExportRefused, why)
+	klog.InfoS("Member export refused", "key", key.String(), "message", why)
 }

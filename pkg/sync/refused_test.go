@@ -58,25 +58,36 @@ func addressedSlice(addrs ...string) *discoveryv1.EndpointSlice {
 
 func refusedGauge(t *testing.T, reg *prometheus.Registry, cluster string, reason addresses.Reason) float64 {
 	t.Helper()
+	return gathered(t, reg, "endpoint_aggregator_refused_member_endpoints", "cluster", cluster, "reason", reason.String())
+}
+
+// gathered reads the gauge name with the label values kv (name, value,
+// ...) from reg; -1 when there is no such series.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, kv ...string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "endpoint_aggregator_refused_member_endpoints" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["cluster"] == cluster && labels["reason"] == reason.String() {
-				return m.GetGauge().GetValue()
+			for i := 0; i+1 < len(kv); i += 2 {
+				if labels[kv[i]] != kv[i+1] {
+					continue series
+				}
 			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	return -1 // no series
+	return -1
 }
 
 func drainEvents(rec *record.FakeRecorder) []string {

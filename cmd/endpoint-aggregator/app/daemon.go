@@ -119,6 +119,8 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Metrics:             metrics,
 		Addresses:           o.addressPolicy(),
 		WatchServiceCIDRs:   len(o.HubServiceCIDRs) == 0,
+		MaxMemberServices:   o.MaxMemberServices,
+		MaxMemberEndpoints:  o.MaxMemberEndpoints,
 	})
 	if err != nil {
 		return nil, err

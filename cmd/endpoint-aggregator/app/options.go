@@ -38,17 +38,20 @@ type Options struct {
 	DeniedEndpointCIDRs  []string
 	AllowedEndpointCIDRs []string
 	HubServiceCIDRs      []string
-	PerClusterServices   string
-	CreateNamespaces     bool
-	MemberSyncTimeout    time.Duration
-	WriteExportStatus    bool
-	UnreachableGrace     time.Duration
-	UnreachableWithdraw  time.Duration
-	MemberLeaseDuration  time.Duration
-	ProbeInterval        time.Duration
-	ProbeTimeout         time.Duration
-	HubIsMember          bool
-	HubClusterName       string
+	// MaxMemberServices and MaxMemberEndpoints bound one member's exports.
+	MaxMemberServices   int
+	MaxMemberEndpoints  int
+	PerClusterServices  string
+	CreateNamespaces    bool
+	MemberSyncTimeout   time.Duration
+	WriteExportStatus   bool
+	UnreachableGrace    time.Duration
+	UnreachableWithdraw time.Duration
+	MemberLeaseDuration time.Duration
+	ProbeInterval       time.Duration
+	ProbeTimeout        time.Duration
+	HubIsMember         bool
+	HubClusterName      string
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
@@ -90,6 +93,8 @@ func NewOptions() *Options {
 		MemberCompression:   true,
 		ExportMode:          string(easync.ExportServiceExport),
 		ExcludeNamespaces:   easync.DefaultExcludedNamespaces,
+		MaxMemberServices:   easync.DefaultMaxMemberServices,
+		MaxMemberEndpoints:  easync.DefaultMaxMemberEndpoints,
 		PerClusterServices:  string(endpoints.PerClusterMirror),
 		MemberSyncTimeout:   clusters.DefaultSyncTimeout,
 		WriteExportStatus:   true,
@@ -123,6 +128,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "Never export Services in these namespaces. The daemon's own --namespace is not exported either unless --include-namespaces lists it; default/kubernetes never is.")
 	fs.StringSliceVar(&o.DeniedEndpointCIDRs, "denied-endpoint-cidrs", o.DeniedEndpointCIDRs, "Refuse member endpoints inside these CIDRs (besides loopback, link-local, multicast and other special addresses, and the hub's Service ranges, which are always refused).")
 	fs.StringSliceVar(&o.AllowedEndpointCIDRs, "allowed-endpoint-cidrs", o.AllowedEndpointCIDRs, "When set, refuse member endpoints outside these CIDRs (your members' pod ranges, say). A registration's annotation "+clusters.AnnotationAllowedEndpointCIDRs+" narrows it for its member.")
+	fs.IntVar(&o.MaxMemberServices, "max-member-services", o.MaxMemberServices, "Import at most this many exported Services of one member, its oldest exports first; newer ones are refused with an Event and a ServiceExport condition, the rest of the ClusterSet unaffected (0: no bound).")
+	fs.IntVar(&o.MaxMemberEndpoints, "max-member-endpoints", o.MaxMemberEndpoints, "Import at most this many endpoints of one member, its oldest exports first: the export that crosses the bound, and newer ones, are refused (0: no bound).")
 	fs.StringSliceVar(&o.HubServiceCIDRs, "hub-service-cidrs", o.HubServiceCIDRs, "The hub's Service IP ranges, in which no member endpoint may be, for a hub that serves no networking.k8s.io/v1 ServiceCIDRs (default: read from the hub's ServiceCIDRs, and kept current).")
 	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "Per-cluster <svc>-<cluster> Services: mirror (member's type), headless (no hub ClusterIP) or off.")
 	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
@@ -186,6 +193,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemberLeaseDuration > 0 && o.MemberLeaseDuration < 4*time.Second {
 		errs = append(errs, errors.New("--member-lease-duration must be at least 4s"))
+	}
+	if o.MaxMemberServices < 0 || o.MaxMemberEndpoints < 0 {
+		errs = append(errs, errors.New("--max-member-services and --max-member-endpoints must not be negative"))
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))

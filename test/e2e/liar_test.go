@@ -530,32 +530,3 @@ func ipv4(addrs []string) []string {
 	}
 	return out
 }
-
-// gaugeSum sums the series of a gauge family whose labels include labels.
-func gaugeSum(t *testing.T, d *daemon, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := d.Gatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			match := true
-			for k, v := range labels {
-				match = match && have[k] == v
-			}
-			if match {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}

@@ -110,6 +110,25 @@ func objectEvents(t *testing.T, e *env, kind, name string) string {
 // counterValue sums a counter family from the daemon's metrics.
 func counterValue(t *testing.T, d *daemon, name string) float64 {
 	t.Helper()
+	return metricSum(t, d, name, nil)
+}
+
+// gaugeValue reads one labelled gauge from the daemon's metrics (0 if absent).
+func gaugeValue(t *testing.T, d *daemon, name, label, value string) float64 {
+	t.Helper()
+	return metricSum(t, d, name, map[string]string{label: value})
+}
+
+// gaugeSum sums the series of a gauge family whose labels include labels.
+func gaugeSum(t *testing.T, d *daemon, name string, labels map[string]string) float64 {
+	t.Helper()
+	return metricSum(t, d, name, labels)
+}
+
+// metricSum sums the counter or gauge series of a family from the daemon's
+// metrics whose labels include labels (0 if none).
+func metricSum(t *testing.T, d *daemon, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := d.Gatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -119,31 +138,19 @@ func counterValue(t *testing.T, d *daemon, name string) float64 {
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum
-}
-
-// gaugeValue reads one labelled gauge from the daemon's metrics (0 if absent).
-func gaugeValue(t *testing.T, d *daemon, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := d.Gatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -3,6 +3,8 @@ package clusters
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -87,6 +89,11 @@ func checkKubeconfig(cfg *clientcmdapi.Config, p KubeconfigPolicy) error {
 	}
 	if cluster.InsecureSkipTLSVerify && !p.AllowInsecureSkipVerify {
 		return refuse("insecure-skip-tls-verify", "--allow-kubeconfig-insecure")
+	}
+	if u, err := url.Parse(cluster.Server); err == nil && strings.EqualFold(u.Scheme, "http") && !p.AllowInsecureSkipVerify {
+		// Plain HTTP: anyone on the path reads the credentials and
+		// rewrites what the member says.
+		return refuse("a plain http:// server", "--allow-kubeconfig-insecure")
 	}
 	if cluster.ProxyURL != "" && !p.AllowProxy {
 		return refuse("proxy-url", "--allow-kubeconfig-proxy")

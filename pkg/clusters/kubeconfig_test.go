@@ -31,6 +31,8 @@ func TestRESTConfigRefusesEverythingThatRunsCommandsOrReadsFiles(t *testing.T) {
 		{name: "insecure", config: cluster("    insecure-skip-tls-verify: true\n"), refused: true, errText: "insecure-skip-tls-verify"},
 		{name: "proxy", config: cluster("    certificate-authority-data: Zm9v\n    proxy-url: http://127.0.0.1:3128\n"), refused: true, errText: "proxy-url"},
 		{name: "insecure allowed", config: cluster("    insecure-skip-tls-verify: true\n"), allow: KubeconfigPolicy{AllowInsecureSkipVerify: true}},
+		{name: "plain http", config: strings.Replace(tokenKubeconfig, "https://", "http://", 1), refused: true, errText: "plain http:// server"},
+		{name: "plain http allowed", config: strings.Replace(tokenKubeconfig, "https://", "http://", 1), allow: KubeconfigPolicy{AllowInsecureSkipVerify: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -132,7 +132,9 @@ func sanitizeSlice(sl *discoveryv1.EndpointSlice, p *addresses.Policy, r *Refusa
 	}
 	dropPort, dropPorts := portsToDrop(sl.Ports)
 	var verdicts []addresses.Verdict // nil while every endpoint is accepted
+	multi := false                   // an endpoint has more than one address
 	for i := range sl.Endpoints {
+		multi = multi || len(sl.Endpoints[i].Addresses) > 1
 		v := checkEndpoint(sl.AddressType, &sl.Endpoints[i], p)
 		if i >= maxMemberSliceEndpoints {
 			v = addresses.Verdict{Reason: addresses.Invalid, Detail: "past the API's 1000 endpoints per slice"}
@@ -143,10 +145,6 @@ func sanitizeSlice(sl *discoveryv1.EndpointSlice, p *addresses.Policy, r *Refusa
 		if verdicts != nil {
 			verdicts[i] = v
 		}
-	}
-	multi := false
-	for i := range sl.Endpoints {
-		multi = multi || len(sl.Endpoints[i].Addresses) > 1
 	}
 	if verdicts == nil && dropPorts == 0 && !multi {
 		return sl

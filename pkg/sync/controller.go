@@ -179,6 +179,9 @@ type Controller struct {
 	// refusedCounts holds, for each member key whose sync refused
 	// endpoints, how many by reason.
 	refusedCounts map[Key][addresses.NumReasons]int
+	// invalidExports holds, for each member key whose Service or export
+	// had fields the hub would refuse, what was removed.
+	invalidExports map[Key]string
 
 	// started is closed once startup garbage collection has been queued.
 	started chan struct{}
@@ -234,9 +237,10 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
 
-		ledger:        newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
-		refusedCounts: map[Key][addresses.NumReasons]int{},
-		startTime:     time.Now(),
+		ledger:         newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
+		refusedCounts:  map[Key][addresses.NumReasons]int{},
+		invalidExports: map[Key]string{},
+		startTime:      time.Now(),
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and

@@ -352,6 +352,26 @@ func TestExportPolicy(t *testing.T) {
 	}
 }
 
+// The daemon's own namespace is not exported unless an operator lists it.
+func TestExportPolicyLeavesTheDaemonsNamespaceAlone(t *testing.T) {
+	m := newFakeMember()
+	svc := service("endpoint-aggregator", "metrics")
+	for _, tc := range []struct {
+		name    string
+		include []string
+		want    bool
+	}{
+		{"by default", nil, false},
+		{"included by name", []string{"endpoint-aggregator", "shop"}, true},
+		{"other namespaces included", []string{"shop"}, false},
+	} {
+		p := ExportPolicy{Mode: ExportAll, Include: sets.New(tc.include...), Own: "endpoint-aggregator"}
+		if _, got := p.export("c1", m, svc, time.Time{}); got != tc.want {
+			t.Errorf("%s: exported = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // A member controls its own clock: an export claiming to be older than
 // the member's registration on the hub counts from the registration.
 func TestExportTimeIsNeverBeforeTheRegistration(t *testing.T) {

@@ -54,7 +54,16 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		if apierrors.IsNotFound(err) {
 			svc = nil
 		}
+		// What the hub would refuse of the Service goes before anything is
+		// built from it.
+		var problems []string
+		svc, problems = endpoints.SanitizeService(svc)
 		e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt)
+		e.ExportedLabels, problems = sanitizeExported(e.ExportedLabels, false, problems)
+		e.ExportedAnnotations, problems = sanitizeExported(e.ExportedAnnotations, true, problems)
+		if ok {
+			out.invalidExport = problems
+		}
 		if svc != nil && isAPIServerService(key.Namespace, key.Name) {
 			out.exportRefused = "default/kubernetes is the cluster's API server: it is never exported"
 		}
@@ -112,6 +121,20 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		return newConflict(resourceService, holder, key)
 	}
 	return statusErr
+}
+
+// sanitizeExported is endpoints.SanitizeExported, adding what it removed
+// to problems.
+func sanitizeExported(m map[string]string, annotations bool, problems []string) (map[string]string, []string) {
+	clean, more := endpoints.SanitizeExported(m, annotations)
+	kind := "exported label "
+	if annotations {
+		kind = "exported annotation "
+	}
+	for _, p := range more {
+		problems = append(problems, kind+p)
+	}
+	return clean, problems
 }
 
 // countEndpoints counts the aggregated endpoints of a source; -1 for none.

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"strings"
 	stdsync "sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -177,6 +178,21 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
+}
+
+// recordInvalidExport remembers what a member key's sync removed from its
+// Service and export (none: nothing) and reports whether that changed.
+func (c *Controller) recordInvalidExport(key Key, problems []string) bool {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	now := strings.Join(problems, "; ")
+	before := c.invalidExports[key]
+	if now == "" {
+		delete(c.invalidExports, key)
+	} else {
+		c.invalidExports[key] = now
+	}
+	return before != now
 }
 
 // recordRefused remembers what a member key's sync refused (nil or none:

@@ -35,6 +35,9 @@ type outcome struct {
 	// imported although exported (past the bounds, or default/kubernetes).
 	export        *ledgerEntry
 	exportRefused string
+	// invalidExport lists what the sync removed from the member's Service
+	// and export before building hub objects from them.
+	invalidExport []string
 }
 
 // pendingWait is a precondition a sync found missing, and how to tell it
@@ -100,6 +103,9 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	}
 	if out.endpoints != nil && key.Cluster != "" && c.recordRefused(key, out.refused) {
 		c.reportRefused(key, out.refused)
+	}
+	if out.endpoints != nil && key.Cluster != "" && c.recordInvalidExport(key, out.invalidExport) {
+		c.reportInvalidExport(key, out.invalidExport)
 	}
 	if out.missingNS {
 		c.metrics.SkippedNamespace.Inc()

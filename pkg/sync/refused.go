@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -19,6 +20,9 @@ const (
 	// bounds.
 	ReasonExportRefused  = "ExportRefused"
 	ReasonExportAdmitted = "ExportAdmitted"
+	// Fields of a member's Service or ServiceExport the hub would refuse,
+	// removed before its hub objects were built.
+	ReasonInvalidExport = "InvalidExport"
 )
 
 // reportRefused says, when what a member key refuses changed, what it
@@ -61,4 +65,20 @@ func (c *Controller) reportAdmission(key Key, admitted bool, why string) {
 	}
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonExportRefused, why)
 	klog.InfoS("Member export refused", "key", key.String(), "message", why)
+}
+
+// reportInvalidExport says, when it changed, what was removed from a
+// member's Service and export before its hub objects were built.
+func (c *Controller) reportInvalidExport(key Key, problems []string) {
+	if len(problems) == 0 {
+		klog.InfoS("Member export valid again", "key", key.String())
+		return
+	}
+	ref := &corev1.ObjectReference{
+		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
+		Namespace: key.Namespace, Name: key.Name,
+	}
+	msg := fmt.Sprintf("cluster %s: its export of %s/%s has what the hub would refuse; ignored: %s", key.Cluster, key.Namespace, key.Name, strings.Join(problems, "; "))
+	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonInvalidExport, msg)
+	klog.InfoS("Invalid member export", "key", key.String(), "message", msg)
 }

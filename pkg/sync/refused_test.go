@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -203,5 +204,43 @@ func TestSyncHoldsAMemberToItsRegistrationsRanges(t *testing.T) {
 	}
 	if got := refusedGauge(t, reg, "c1", addresses.NotAllowedRange); got != 2 {
 		t.Errorf("refused not_allowed_range = %v, want 2", got)
+	}
+}
+
+// A member Service with ports the hub would refuse is imported without
+// them, and an Event says so once, not at every sync.
+func TestSyncDropsAMembersInvalidPortsAndSaysSoOnce(t *testing.T) {
+	rec := record.NewFakeRecorder(20)
+	f := newFixture(t, Options{Recorder: rec}, nil, nil)
+	m := f.member("c1")
+	svc := service("shop", "cart")
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "Bad_Name", Port: 81}, corev1.ServicePort{Name: "zero", Port: 0})
+	_ = m.services.Add(svc)
+	m.slices = []*discoveryv1.EndpointSlice{addressedSlice("10.1.0.1")}
+
+	f.sync(cartC1)
+	f.sync(cartC1.ClusterSet())
+	imp, err := f.hubMCS.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, "cart", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imp.Spec.Ports) != 1 || imp.Spec.Ports[0].Name != "http" {
+		t.Errorf("import ports %+v, want http only", imp.Spec.Ports)
+	}
+	if pc, err := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{}); err != nil || len(pc.Spec.Ports) != 1 {
+		t.Errorf("per-cluster Service %v, %v; want one port", pc, err)
+	}
+	var invalid []string
+	for _, e := range drainEvents(rec) {
+		if strings.Contains(e, ReasonInvalidExport) {
+			invalid = append(invalid, e)
+		}
+	}
+	if len(invalid) != 1 || !strings.Contains(invalid[0], "Bad_Name") || !strings.Contains(invalid[0], "port number out of range") {
+		t.Fatalf("InvalidExport Events %q, want one naming both ports", invalid)
+	}
+	f.sync(cartC1)
+	if events := drainEvents(rec); slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, ReasonInvalidExport) }) {
+		t.Errorf("an unchanged sync said it again: %q", events)
 	}
 }

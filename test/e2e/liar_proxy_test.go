@@ -39,6 +39,7 @@ type liarRewrite func(kind string, obj map[string]any) bool
 var liarKinds = map[string]string{
 	"endpointslices": "EndpointSlice",
 	"serviceexports": "ServiceExport",
+	"services":       "Service",
 }
 
 // liarProxy is an HTTPS reverse proxy on a loopback port in front of a

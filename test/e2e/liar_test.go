@@ -87,6 +87,22 @@ func eastLies(kind string, obj map[string]any) bool {
 			}
 		}
 		return changed
+	case "Service":
+		// web gets ports no API server would take: shared by the import
+		// of every member, they must not break it.
+		if md["namespace"] != appNamespace || md["name"] != "web" {
+			return false
+		}
+		spec, _ := obj["spec"].(map[string]any)
+		ports, _ := spec["ports"].([]any)
+		if len(ports) != 1 {
+			return false
+		}
+		spec["ports"] = append(ports,
+			map[string]any{"name": "Not_A_Label", "port": 81, "protocol": "TCP"},
+			map[string]any{"name": "zero", "port": 0, "protocol": "TCP"},
+			map[string]any{"name": "quic", "port": 443, "protocol": "HTTP3"})
+		return true
 	case "ServiceExport":
 		const epoch = "1970-01-01T00:00:00Z"
 		if md["namespace"] == appNamespace && md["name"] == "checkout" && md["creationTimestamp"] != epoch {
@@ -257,6 +273,40 @@ func TestLyingMemberCannotRouteSpecialAddressesSpeakForPeersOrBackdateExports(t 
 				return fmt.Errorf("ServiceImport checkout ports %v, want west's [http:80]: east's 1970 export must count from east's registration, after west's export", ports)
 			}
 			return nil
+		})
+	})
+
+	t.Run("a lying Service's invalid ports do not break the shared import", func(t *testing.T) {
+		eventually(t, liarTimeout, func() error {
+			imp, err := e.serviceImport(t, "web")
+			if err != nil {
+				return err
+			}
+			var ports []string
+			for _, p := range imp.Spec.Ports {
+				ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
+			}
+			if !slices.Equal(ports, []string{"http:80"}) {
+				return fmt.Errorf("ServiceImport web ports %v, want [http:80]: east's invalid ports must be dropped", ports)
+			}
+			if st := e.hubState(t, "web"); st.derived == nil || len(st.derived.Spec.Ports) != 1 {
+				return fmt.Errorf("derived Service of web: %v, want one with port http", st.derived)
+			}
+			return nil
+		})
+		eventually(t, liarTimeout, func() error {
+			list, err := e.hub.Client.CoreV1().Events(appNamespace).List(ctx, metav1.ListOptions{
+				FieldSelector: fields.Set{"involvedObject.kind": "ServiceImport", "involvedObject.name": "web", "reason": easync.ReasonInvalidExport}.String(),
+			})
+			if err != nil {
+				return err
+			}
+			for _, ev := range list.Items {
+				if strings.Contains(ev.Message, "cluster east") && strings.Contains(ev.Message, "Not_A_Label") && strings.Contains(ev.Message, "HTTP3") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no InvalidExport Event on ServiceImport web naming east's ports (%d Events)", len(list.Items))
 		})
 	})
 

@@ -111,6 +111,13 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 	west.service(t, "denied", nil)
 	west.export(t, "denied", nil)
 	applySlices(t, west.kube, "denied", endpointSlice("denied", "denied-1", 9, 2, true))
+	// West says one endpoint of "pointed" is 10.0.0.200, in the hub's
+	// Service range: refused, and counted.
+	west.service(t, "pointed", nil)
+	west.export(t, "pointed", nil)
+	pointed := endpointSlice("pointed", "pointed-1", 8, 2, true)
+	pointed.Endpoints[1].Addresses = []string{"10.0.0.200"}
+	applySlices(t, west.kube, "pointed", pointed)
 
 	alerts := chartAlerts(t, rules)
 	noLeader := alerts["EndpointAggregatorNoLeader"]

@@ -146,7 +146,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.KubeconfigPolicy.AllowAuthProvider, "allow-kubeconfig-auth-provider", false, "Allow auth-provider plugins in member kubeconfigs.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowTokenFile, "allow-kubeconfig-token-file", false, "Allow tokenFile in member kubeconfigs (reads local files).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowFilePaths, "allow-kubeconfig-file-paths", false, "Allow certificate/key file paths in member kubeconfigs (reads local files).")
-	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify in member kubeconfigs.")
+	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify, and plain http:// servers, in member kubeconfigs.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run workers only while holding a Lease in --namespace; standbys keep warm caches.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits before taking over an unrenewed lease.")

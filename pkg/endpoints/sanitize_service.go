@@ -1,0 +1,155 @@
+package endpoints
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxExportedAnnotationsSize bounds the exported annotations of one
+// export, as the API server bounds an object's annotations.
+const maxExportedAnnotationsSize = 256 * 1024
+
+// maxClientIPAffinitySeconds is the API's limit on a session affinity
+// timeout (a day).
+const maxClientIPAffinitySeconds = 86400
+
+// SanitizeService returns svc without what the hub's API server would
+// refuse in the objects built from it (the ServiceImport, the derived and
+// per-cluster Services), which a member behind anything but a stock API
+// server may send: invalid ports (name, number, protocol, appProtocol), a
+// port name used again or an unnamed port beside named ones (the first
+// stays), and a session affinity, its config, IP families, internal
+// traffic policy or traffic distribution the API does not know, which are
+// unset. A merge of many members' exports would otherwise fail for all of
+// them on one member's port. It returns svc itself when clean, and what it
+// removed. svc is not modified.
+func SanitizeService(svc *corev1.Service) (*corev1.Service, []string) {
+	if svc == nil {
+		return nil, nil
+	}
+	var problems []string
+	spec := &svc.Spec
+	var keep []corev1.ServicePort
+	dropped := false
+	seen := map[string]bool{}
+	for _, p := range spec.Ports {
+		why := servicePortProblem(p, len(spec.Ports), seen)
+		if why != "" {
+			problems = append(problems, fmt.Sprintf("port %s %d/%s: %s", p.Name, p.Port, p.Protocol, why))
+			dropped = true
+			continue
+		}
+		seen[p.Name] = true
+		keep = append(keep, p)
+	}
+	affinity := spec.SessionAffinity != "" && spec.SessionAffinity != corev1.ServiceAffinityNone && spec.SessionAffinity != corev1.ServiceAffinityClientIP
+	if affinity {
+		problems = append(problems, fmt.Sprintf("session affinity %q", spec.SessionAffinity))
+	}
+	affinityConfig := false
+	if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		if t := *c.ClientIP.TimeoutSeconds; t <= 0 || t > maxClientIPAffinitySeconds {
+			problems = append(problems, fmt.Sprintf("session affinity timeout %ds", t))
+			affinityConfig = true
+		}
+	}
+	families := len(spec.IPFamilies) > 2 || (len(spec.IPFamilies) == 2 && spec.IPFamilies[0] == spec.IPFamilies[1]) ||
+		slices.ContainsFunc(spec.IPFamilies, func(f corev1.IPFamily) bool { return f != corev1.IPv4Protocol && f != corev1.IPv6Protocol })
+	if families {
+		problems = append(problems, fmt.Sprintf("IP families %v", spec.IPFamilies))
+	}
+	itp := spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy != corev1.ServiceInternalTrafficPolicyCluster && *spec.InternalTrafficPolicy != corev1.ServiceInternalTrafficPolicyLocal
+	if itp {
+		problems = append(problems, fmt.Sprintf("internal traffic policy %q", *spec.InternalTrafficPolicy))
+	}
+	td := spec.TrafficDistribution != nil && !slices.Contains([]string{corev1.ServiceTrafficDistributionPreferClose,
+		corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferSameNode}, *spec.TrafficDistribution)
+	if td {
+		problems = append(problems, fmt.Sprintf("traffic distribution %q", *spec.TrafficDistribution))
+	}
+	if len(problems) == 0 {
+		return svc, nil
+	}
+	out := svc.DeepCopy()
+	if dropped {
+		out.Spec.Ports = keep
+	}
+	if affinity {
+		out.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	}
+	if affinity || affinityConfig {
+		out.Spec.SessionAffinityConfig = nil
+	}
+	if families {
+		out.Spec.IPFamilies = nil
+	}
+	if itp {
+		out.Spec.InternalTrafficPolicy = nil
+	}
+	if td {
+		out.Spec.TrafficDistribution = nil
+	}
+	return out, problems
+}
+
+// servicePortProblem says what is wrong with a port of a Service with n
+// ports, given the names of the ports kept before it; "" for nothing.
+func servicePortProblem(p corev1.ServicePort, n int, seen map[string]bool) string {
+	switch {
+	case p.Port < 1 || p.Port > 65535:
+		return "port number out of range"
+	case p.Protocol != "" && p.Protocol != corev1.ProtocolTCP && p.Protocol != corev1.ProtocolUDP && p.Protocol != corev1.ProtocolSCTP:
+		return "unknown protocol"
+	case p.Name == "" && n > 1:
+		return "unnamed beside other ports"
+	case p.Name != "" && len(validation.IsDNS1123Label(p.Name)) > 0:
+		return "name is not a DNS label"
+	case seen[p.Name]:
+		return "name used by an earlier port"
+	case p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) > 0:
+		return "appProtocol is not a qualified name"
+	}
+	return ""
+}
+
+// SanitizeExported returns the exported labels (annotations false) or
+// annotations (true) of a ServiceExport that the hub can hold on its
+// ServiceImport: labels with valid keys and values, annotations with valid
+// keys and, together, no more than the API's 256 KiB; and what it removed.
+// m is not modified; it is returned as it is when clean.
+func SanitizeExported(m map[string]string, annotations bool) (map[string]string, []string) {
+	var problems []string
+	bad := func(k, v string) string {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return "key: " + errs[0]
+		}
+		if errs := validation.IsValidLabelValue(v); !annotations && len(errs) > 0 {
+			return "value: " + errs[0]
+		}
+		return ""
+	}
+	size := 0
+	for k, v := range m {
+		size += len(k) + len(v)
+		if why := bad(k, v); why != "" {
+			problems = append(problems, fmt.Sprintf("%q %s", k, why))
+		}
+	}
+	if annotations && size > maxExportedAnnotationsSize {
+		return nil, []string{fmt.Sprintf("exported annotations of %d bytes, over %d", size, maxExportedAnnotationsSize)}
+	}
+	if len(problems) == 0 {
+		return m, nil
+	}
+	slices.Sort(problems)
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if bad(k, v) == "" {
+			out[k] = v
+		}
+	}
+	return out, problems
+}

@@ -155,8 +155,8 @@ func TestAlertRulesFollowValues(t *testing.T) {
 			}
 		}
 	}
-	if n != 7 {
-		t.Errorf("%d alerts rendered, want 7", n)
+	if n != 8 {
+		t.Errorf("%d alerts rendered, want 8", n)
 	}
 }
 

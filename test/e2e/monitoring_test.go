@@ -184,7 +184,7 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		// evaluation, pending until its "for" passes.
 		for _, name := range []string{"EndpointAggregatorNoLeader", "EndpointAggregatorMemberUnreachable",
 			"EndpointAggregatorMemberNotSynced", "EndpointAggregatorSyncErrors", "EndpointAggregatorHubWriteErrors",
-			"EndpointAggregatorPropagationSlow", "EndpointAggregatorNameConflicts"} {
+			"EndpointAggregatorPropagationSlow", "EndpointAggregatorNameConflicts", "EndpointAggregatorEndpointsRefused"} {
 			if _, ok := alerts[name]; !ok {
 				t.Errorf("the chart has no alert %s", name)
 				continue

@@ -219,23 +219,23 @@ func checkEndpoint(at discoveryv1.AddressType, ep *discoveryv1.Endpoint, p *addr
 }
 
 func validPort(p discoveryv1.EndpointPort) bool {
-	if p.Name != nil && *p.Name != "" && len(validation.IsDNS1123Label(*p.Name)) > 0 {
-		return false
+	return portProblem(deref(p.Name), p.Port, p.Protocol, p.AppProtocol) == ""
+}
+
+// portProblem says what the hub's API server would refuse in a port of a
+// slice or a Service (port nil: none given); "" for nothing.
+func portProblem(name string, port *int32, protocol *corev1.Protocol, appProtocol *string) string {
+	switch {
+	case name != "" && len(validation.IsDNS1123Label(name)) > 0:
+		return "name is not a DNS label"
+	case port != nil && (*port < 1 || *port > 65535):
+		return "port number out of range"
+	case protocol != nil && *protocol != corev1.ProtocolTCP && *protocol != corev1.ProtocolUDP && *protocol != corev1.ProtocolSCTP:
+		return "unknown protocol"
+	case appProtocol != nil && len(validation.IsQualifiedName(*appProtocol)) > 0:
+		return "appProtocol is not a qualified name"
 	}
-	if p.Port != nil && (*p.Port < 1 || *p.Port > 65535) {
-		return false
-	}
-	if p.Protocol != nil {
-		switch *p.Protocol {
-		case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
-		default:
-			return false
-		}
-	}
-	if p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) > 0 {
-		return false
-	}
-	return true
+	return ""
 }
 
 // portsToDrop marks the ports the hub would refuse beside the others of

@@ -98,19 +98,18 @@ func SanitizeService(svc *corev1.Service) (*corev1.Service, []string) {
 // servicePortProblem says what is wrong with a port of a Service with n
 // ports, given the names of the ports kept before it; "" for nothing.
 func servicePortProblem(p corev1.ServicePort, n int, seen map[string]bool) string {
+	protocol := &p.Protocol
+	if p.Protocol == "" {
+		protocol = nil
+	}
+	if why := portProblem(p.Name, &p.Port, protocol, p.AppProtocol); why != "" {
+		return why
+	}
 	switch {
-	case p.Port < 1 || p.Port > 65535:
-		return "port number out of range"
-	case p.Protocol != "" && p.Protocol != corev1.ProtocolTCP && p.Protocol != corev1.ProtocolUDP && p.Protocol != corev1.ProtocolSCTP:
-		return "unknown protocol"
 	case p.Name == "" && n > 1:
 		return "unnamed beside other ports"
-	case p.Name != "" && len(validation.IsDNS1123Label(p.Name)) > 0:
-		return "name is not a DNS label"
 	case seen[p.Name]:
 		return "name used by an earlier port"
-	case p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) > 0:
-		return "appProtocol is not a qualified name"
 	}
 	return ""
 }

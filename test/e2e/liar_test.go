@@ -261,13 +261,9 @@ func TestLyingMemberCannotRouteSpecialAddressesSpeakForPeersOrBackdateExports(t 
 
 	t.Run("a backdated export does not win the port conflict", func(t *testing.T) {
 		eventually(t, liarTimeout, func() error {
-			imp, err := e.serviceImport(t, "checkout")
+			ports, err := importPorts(t, e, "checkout")
 			if err != nil {
 				return err
-			}
-			var ports []string
-			for _, p := range imp.Spec.Ports {
-				ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
 			}
 			if !slices.Equal(ports, []string{"http:80"}) {
 				return fmt.Errorf("ServiceImport checkout ports %v, want west's [http:80]: east's 1970 export must count from east's registration, after west's export", ports)
@@ -278,13 +274,9 @@ func TestLyingMemberCannotRouteSpecialAddressesSpeakForPeersOrBackdateExports(t 
 
 	t.Run("a lying Service's invalid ports do not break the shared import", func(t *testing.T) {
 		eventually(t, liarTimeout, func() error {
-			imp, err := e.serviceImport(t, "web")
+			ports, err := importPorts(t, e, "web")
 			if err != nil {
 				return err
-			}
-			var ports []string
-			for _, p := range imp.Spec.Ports {
-				ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
 			}
 			if !slices.Equal(ports, []string{"http:80"}) {
 				return fmt.Errorf("ServiceImport web ports %v, want [http:80]: east's invalid ports must be dropped", ports)
@@ -579,4 +571,18 @@ func ipv4(addrs []string) []string {
 		}
 	}
 	return out
+}
+
+// importPorts lists the hub ServiceImport's ports of svc as "name:port".
+func importPorts(t *testing.T, e *env, svc string) ([]string, error) {
+	t.Helper()
+	imp, err := e.serviceImport(t, svc)
+	if err != nil {
+		return nil, err
+	}
+	var ports []string
+	for _, p := range imp.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.Port))
+	}
+	return ports, nil
 }

@@ -119,6 +119,11 @@ type Options struct {
 	// that starts leading takes over. Nil: always leading (no leader
 	// election).
 	Leading func() bool
+	// Wanted reports whether this replica runs a connection to a member
+	// (see package shard); nil: to every member. A member not wanted here
+	// is registered, not owned, and not unreachable. Reconsider applies a
+	// change.
+	Wanted func(cluster string) bool
 }
 
 // member is the registry's state for one cluster name.
@@ -139,12 +144,19 @@ type member struct {
 	// registered is the creationTimestamp of the registration that owns
 	// the name, by the hub's clock; zero for static members.
 	registered time.Time
+	// elsewhere: the member is not wanted here (another replica owns it),
+	// so it has no connection here; static is a static member's config.
+	elsewhere bool
+	static    *rest.Config
 }
 
 // state is the member's lifecycle state.
 func (m *member) state() lifecycle.State {
-	st := lifecycle.State{Phase: lifecycle.Registered, Owned: true, Policy: m.policy, RegisteredAt: m.registered}
+	st := lifecycle.State{Phase: lifecycle.Registered, Owned: !m.elsewhere, Policy: m.policy, RegisteredAt: m.registered}
 	c := m.active
+	if m.elsewhere {
+		return st
+	}
 	if c == nil {
 		st.Unreachable, st.Since, st.Reason = true, m.unconnectedSince, m.unconnected
 		return st
@@ -179,6 +191,8 @@ type Registry struct {
 	// initialized is set once every Secret present at start was processed.
 	initialized atomic.Bool
 
+	// staticMu orders the starts and stops of static members.
+	staticMu sync.Mutex
 	mu       sync.RWMutex
 	members  map[string]*member // by cluster name
 	bySecret map[string]string  // queue key of a Secret or ClusterProfile → cluster name
@@ -582,7 +596,12 @@ func (r *Registry) register(reg *registration) error {
 		}
 	}
 	r.mu.RUnlock()
-	if upToDate {
+	wanted := r.wanted(cluster)
+	if upToDate && wanted {
+		return nil
+	}
+	if !wanted {
+		r.elsewhere(reg)
 		return nil
 	}
 
@@ -622,6 +641,7 @@ func (r *Registry) register(reg *registration) error {
 	case m.active == nil:
 		// Registered without a connection until now: nothing to keep.
 		m.ref, m.active, m.policy, m.unconnected, m.unconnectedSince = ref, c, reg.policy, "", time.Time{}
+		m.elsewhere = false
 	default:
 		m.ref = ref
 		if m.pending != nil {
@@ -634,6 +654,70 @@ func (r *Registry) register(reg *registration) error {
 
 	go r.run(c, ref)
 	return nil
+}
+
+// wanted reports whether this replica runs a connection to a member.
+func (r *Registry) wanted(cluster string) bool { return r.opts.Wanted == nil || r.opts.Wanted(cluster) }
+
+// elsewhere registers a member that another replica owns: no connection
+// here, nothing unreachable about it. A connection it had is stopped; the
+// controller no longer writes its objects, as it owns them no more.
+func (r *Registry) elsewhere(reg *registration) {
+	r.mu.Lock()
+	m := r.members[reg.cluster]
+	if m == nil {
+		m = &member{secret: reg.key}
+		r.members[reg.cluster] = m
+	}
+	stop := []*Cluster{m.active, m.pending}
+	had := m.active != nil
+	m.ref, m.policy, m.registered = reg.ref, reg.policy, reg.created.Time
+	m.active, m.pending, m.timedOut, m.unconnected, m.unconnectedSince, m.elsewhere = nil, nil, false, "", time.Time{}, true
+	r.bySecret[reg.key] = reg.cluster
+	r.mu.Unlock()
+	for _, c := range stop {
+		if c != nil {
+			c.shutdown()
+		}
+	}
+	if had {
+		klog.InfoS("Member owned by another replica now; stopped its connection", "cluster", reg.cluster)
+	}
+}
+
+// Reconsider brings a member's connection in line with Wanted: it starts
+// one the member now wants here, and stops one it no longer does.
+func (r *Registry) Reconsider(cluster string) {
+	r.mu.RLock()
+	m := r.members[cluster]
+	r.mu.RUnlock()
+	if m != nil && m.static != nil {
+		if err := r.addStatic(cluster, m.static); err != nil {
+			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", cluster, err))
+		}
+		return
+	}
+	for _, cl := range r.claims() {
+		if cl.cluster == cluster {
+			r.queue.Add(cl.key)
+		}
+	}
+}
+
+// Warm reports whether this replica's view of a member is as good as it
+// gets: its connection synced or missed its sync timeout, or its
+// registration cannot be connected.
+func (r *Registry) Warm(cluster string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	m := r.members[cluster]
+	switch {
+	case m == nil || m.elsewhere:
+		return false
+	case m.active == nil:
+		return m.unconnected != ""
+	}
+	return m.active.HasSynced() || m.timedOut
 }
 
 // errNotConnected asks the registry's queue to retry, with backoff, a
@@ -692,9 +776,31 @@ func (r *Registry) configure(cfg *rest.Config) {
 	}
 }
 
-// addStatic registers a member that has no Secret.
-func (r *Registry) addStatic(name string, cfg *rest.Config) error {
-	cfg = rest.CopyConfig(cfg)
+// addStatic registers a member that has no Secret, and runs its connection
+// while it is wanted here.
+func (r *Registry) addStatic(name string, orig *rest.Config) error {
+	r.staticMu.Lock()
+	defer r.staticMu.Unlock()
+	r.mu.Lock()
+	m := r.members[name]
+	if m == nil {
+		m = &member{static: orig}
+		r.members[name] = m
+	}
+	running := m.active != nil
+	wanted := r.wanted(name)
+	var stop *Cluster
+	if !wanted {
+		stop, m.active, m.elsewhere = m.active, nil, true
+	}
+	r.mu.Unlock()
+	if stop != nil {
+		stop.shutdown()
+	}
+	if !wanted || running {
+		return nil
+	}
+	cfg := rest.CopyConfig(orig)
 	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
@@ -706,7 +812,7 @@ func (r *Registry) addStatic(name string, cfg *rest.Config) error {
 		return err
 	}
 	r.mu.Lock()
-	r.members[name] = &member{active: c}
+	m.active, m.elsewhere = c, false
 	r.mu.Unlock()
 	go r.run(c, nil)
 	return nil
@@ -739,11 +845,11 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 		return
 	}
 	if active {
-		r.eventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
+		r.connEventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
 			"member %q did not sync within %s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout)
 		r.handler.ClusterSyncTimedOut(c.name)
 	} else {
-		r.eventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
+		r.connEventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
 			"new kubeconfig for member %q did not sync within %s; keeping the previous connection while it keeps trying", c.name, r.opts.SyncTimeout)
 	}
 	klog.InfoS("Member did not sync in time", "cluster", c.name, "timeout", r.opts.SyncTimeout)
@@ -768,10 +874,10 @@ func (r *Registry) onSynced(c *Cluster, ref *corev1.ObjectReference) {
 
 	if old != nil {
 		old.shutdown()
-		r.eventf(ref, corev1.EventTypeNormal, ReasonRotated, "member %q switched to the new kubeconfig after it synced", c.name)
+		r.connEventf(ref, corev1.EventTypeNormal, ReasonRotated, "member %q switched to the new kubeconfig after it synced", c.name)
 		klog.InfoS("Member connection rotated", "cluster", c.name)
 	} else {
-		r.eventf(ref, corev1.EventTypeNormal, ReasonConnected, "member %q connected and synced in %s", c.name, time.Since(c.started).Round(time.Millisecond))
+		r.connEventf(ref, corev1.EventTypeNormal, ReasonConnected, "member %q connected and synced in %s", c.name, time.Since(c.started).Round(time.Millisecond))
 		klog.InfoS("Member synced", "cluster", c.name, "duration", time.Since(c.started))
 	}
 	r.handler.ClusterSynced(c.name)
@@ -807,13 +913,13 @@ func (r *Registry) onHealthChanged(c *Cluster, ref *corev1.ObjectReference, heal
 	}
 	switch {
 	case healthy:
-		r.eventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
+		r.connEventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
 	default:
 		why := "does not answer its health probe"
 		if reported := c.reported.Load(); reported != nil && *reported != "" {
 			why = "is unhealthy: " + *reported
 		}
-		r.eventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q %s; its last-known endpoints are kept unless an unreachable policy applies", c.name, why)
+		r.connEventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q %s; its last-known endpoints are kept unless an unreachable policy applies", c.name, why)
 	}
 	klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)
 	r.handler.ClusterHealthChanged(c.name, healthy)
@@ -926,6 +1032,14 @@ func (r *Registry) leading() bool { return r.opts.Leading == nil || r.opts.Leadi
 // this replica leads; static members have none.
 func (r *Registry) eventf(ref *corev1.ObjectReference, eventType, reason, format string, args ...interface{}) {
 	if ref != nil && r.leading() {
+		r.recorder.Eventf(ref, eventType, reason, format, args...)
+	}
+}
+
+// connEventf records an Event about a member's connection. With sharding,
+// the replica that runs the connection records it, leader or not.
+func (r *Registry) connEventf(ref *corev1.ObjectReference, eventType, reason, format string, args ...interface{}) {
+	if ref != nil && (r.opts.Wanted != nil || r.leading()) {
 		r.recorder.Eventf(ref, eventType, reason, format, args...)
 	}
 }

@@ -52,10 +52,13 @@ func (p Phase) String() string {
 // each other.
 type State struct {
 	Phase Phase
-	// Owned reports whether this replica syncs the member. Every
-	// registered member is owned until members are sharded across
-	// replicas; a member registered but not owned is not gone.
-	Owned bool
+	// Owned reports whether this replica may write the member's hub
+	// objects now: without sharding, every registered member is owned;
+	// with it, only while this replica holds the member's fence (package
+	// shard), until OwnedUntil (zero: no limit). A member registered but
+	// not owned is not gone.
+	Owned      bool
+	OwnedUntil time.Time
 	// Unreachable reports that the member cannot be read now: it has no
 	// connection (Registered), or its health probe fails. Since is when
 	// that started.

@@ -29,6 +29,11 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 		out.waitFor(waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
+	ctx, done, merging := c.fenced(ctx, key, lifecycle.State{}, out)
+	defer done()
+	if !merging {
+		return nil // the leader merges
+	}
 	if c.lanes.bulkPending(key) > 0 {
 		// A sweep is recording this service's exports member by member:
 		// merge once, after the last of them.

@@ -90,6 +90,9 @@ type Options struct {
 	// MaxMemberServices and MaxMemberEndpoints bound what one member may
 	// export (see exportLedger); zero: no bound.
 	MaxMemberServices, MaxMemberEndpoints int
+	// Sharding, when replicas share the members, says which keys this
+	// one writes; nil: all of them.
+	Sharding Sharding
 }
 
 // Clock is the time the controller reads and the timers it sets:
@@ -167,6 +170,8 @@ type Controller struct {
 	retryingMu stdsync.Mutex
 	retrying   map[Key]struct{}
 	inFlight   int
+	// busy counts the syncs in flight by member ("": clusterset keys).
+	busy map[string]int
 	// coalescing holds the clusterset keys added after mergeCoalesce and
 	// not synced since.
 	coalescing map[Key]struct{}
@@ -234,6 +239,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		started:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 		retrying:   map[Key]struct{}{},
+		busy:       map[string]int{},
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
 
@@ -411,6 +417,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	c.retryingMu.Lock()
 	c.inFlight++
+	c.busy[key.Cluster]++
 	delete(c.coalescing, key)
 	c.retryingMu.Unlock()
 	// What the key waited for is asked again by its sync.
@@ -418,6 +425,9 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer func() {
 		c.retryingMu.Lock()
 		c.inFlight--
+		if c.busy[key.Cluster]--; c.busy[key.Cluster] == 0 {
+			delete(c.busy, key.Cluster)
+		}
 		c.retryingMu.Unlock()
 	}()
 

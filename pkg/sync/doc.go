@@ -24,6 +24,20 @@
 // slice events, echoes included, and an expired write of a slice), and an
 // import whose clusters or Conflict condition changed queues the member keys.
 //
+// # Which replica writes a key
+//
+// With Options.Sharding (package shard), replicas share the members, and a
+// sync first asks whether this replica may write its key (fenced, in the
+// read step): a member key of a registered member only while this replica
+// holds the member's fence (lifecycle.State.Owned), a clusterset key, and
+// the member key of an unregistered member once nobody holds its fence,
+// only on the merging replica. A key this replica may not write waits for
+// OwnershipChanged; one it may write runs under a context that ends at the
+// replica's write deadline (OwnedUntil), so no write of it leaves after
+// another replica may have started. A handover waits for the member's
+// syncs in flight (Busy) before the fence is freed. Without sharding every
+// key is this replica's.
+//
 // # The shape of one sync
 //
 // Every sync of a key goes read → plan → apply → settle:

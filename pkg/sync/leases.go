@@ -58,8 +58,8 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 				case <-pace.C:
 				}
 			}
-			if st, _ := c.members.Lookup(name); st.Phase != lifecycle.Synced || st.Unreachable {
-				continue // not renewed: the Lease expires on its own
+			if st, _ := c.members.Lookup(name); st.Phase != lifecycle.Synced || st.Unreachable || !st.Owned {
+				continue // not renewed here: by its owner, or it expires on its own
 			}
 			if l, err := c.renewLease(ctx, name, known[name]); err != nil {
 				klog.V(2).InfoS("Renewing member Lease failed", "cluster", name, "err", err)
@@ -67,6 +67,9 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 			} else {
 				known[name] = l
 			}
+		}
+		if merging, _ := c.owns(Key{}, lifecycle.State{}); !merging {
+			return // the merging replica deletes the Leases of unregistered members
 		}
 		for name, l := range known {
 			if registered[name] {

@@ -37,6 +37,11 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		out.waitFor(waitRegistrations(), c.members.SecretsSynced)
 		return nil
 	}
+	ctx, done, owned := c.fenced(ctx, key, st, out)
+	defer done()
+	if !owned {
+		return nil // another replica writes them
+	}
 	step := c.unreachableStep(st)
 	if st.Registered() && st.Phase != lifecycle.Synced && step != lifecycle.Withdraw {
 		out.waitFor(waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })

@@ -28,12 +28,16 @@ const (
 	// sourcesSwept holds once no member key of a clusterset key's service
 	// waits in the bulk lane.
 	sourcesSwept
+	// mayWrite holds once this replica may write a member's objects (the
+	// merged ones for "").
+	mayWrite
 )
 
 func waitMemberSynced(cluster string) condition { return condition{memberSynced, cluster} }
 func waitRegistrations() condition              { return condition{kind: registrationsKnown} }
 func waitNamespace(ns string) condition         { return condition{hubNamespace, ns} }
 func waitSourcesSwept(key Key) condition        { return condition{sourcesSwept, key.String()} }
+func waitOwned(cluster string) condition        { return condition{mayWrite, cluster} }
 
 // waits records which keys wait for which conditions. A key waits only
 // for what its last sync found missing: each sync drops the key's waits

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	stdsync "sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +35,7 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -50,9 +53,16 @@ type Daemon struct {
 	Gatherer    prometheus.Gatherer
 	broadcaster record.EventBroadcaster
 	leader      prometheus.Gauge
-	// leading is set while the replica runs the workers; the registry
-	// records member Events only then.
+	// leading is set while the replica runs the workers (merges, with
+	// --shard-members); the registry records member Events only then.
 	leading *atomic.Bool
+	// identity names this replica in the leader Lease and its fences.
+	identity string
+	// Coordinator shares the members with the other replicas
+	// (--shard-members); nil otherwise.
+	Coordinator *shard.Coordinator
+	// leaderLock is the leader Lease's lock while this replica leads.
+	leaderLock atomic.Pointer[renewalClock]
 }
 
 // NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
@@ -104,7 +114,14 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	metrics := easync.NewMetrics(reg)
 	easync.RegisterWorkqueueMetrics(reg)
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
+	host, _ := os.Hostname()
+	d := &Daemon{opts: o, hub: hub, recorder: recorder, Metrics: metrics, Gatherer: reg, broadcaster: broadcaster,
+		leader: leader, leading: &atomic.Bool{}, identity: host + "_" + string(uuid.NewUUID())}
 	members := &memberSet{}
+	var sharding easync.Sharding
+	if o.ShardMembers {
+		sharding = &shardView{d: d}
+	}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
 		Workers:             o.Workers,
 		Export:              o.exportPolicy(),
@@ -121,6 +138,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		WatchServiceCIDRs:   len(o.HubServiceCIDRs) == 0,
 		MaxMemberServices:   o.MaxMemberServices,
 		MaxMemberEndpoints:  o.MaxMemberEndpoints,
+		Sharding:            sharding,
 	})
 	if err != nil {
 		return nil, err
@@ -133,8 +151,14 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if o.HubIsMember {
 		static = map[string]*rest.Config{o.HubClusterName: hubConfig}
 	}
-	leading := &atomic.Bool{}
-	members.registry = clusters.NewRegistry(hub, recorder, ctrl, clusters.Options{
+	leading := d.leading
+	var handler clusters.Handler = ctrl
+	var wanted func(string) bool
+	if o.ShardMembers {
+		handler = kickingHandler{Controller: ctrl, kick: func() { d.Coordinator.Kick() }}
+		wanted = func(cluster string) bool { return d.Coordinator.Wants(cluster) }
+	}
+	members.registry = clusters.NewRegistry(hub, recorder, handler, clusters.Options{
 		Static:              static,
 		ProbeInterval:       o.ProbeInterval,
 		ProbeTimeout:        o.ProbeTimeout,
@@ -149,20 +173,22 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		WarningHandler:      newWarningLogger("member"),
 		ClusterProfiles:     profiles,
 		Leading:             func() bool { return !o.LeaderElect || leading.Load() },
+		Wanted:              wanted,
 	})
 	reg.MustRegister(ctrl, members.registry)
-	return &Daemon{
-		opts:        o,
-		hub:         hub,
-		recorder:    recorder,
-		Controller:  ctrl,
-		Registry:    members.registry,
-		Metrics:     metrics,
-		Gatherer:    reg,
-		broadcaster: broadcaster,
-		leader:      leader,
-		leading:     leading,
-	}, nil
+	d.Controller, d.Registry = ctrl, members.registry
+	if o.ShardMembers {
+		d.Coordinator = shard.New(hub, members.registry, ctrl, shard.Options{
+			Namespace:     o.Namespace,
+			Identity:      d.identity,
+			LeaseDuration: o.LeaseDuration,
+			RenewDeadline: o.RenewDeadline,
+			RetryPeriod:   o.RetryPeriod,
+			Leading:       func() bool { ok, _ := d.merging(); return ok },
+		})
+		members.coord = d.Coordinator
+	}
+	return d, nil
 }
 
 // clusterProfiles loads the access-provider file and builds the hub client
@@ -189,36 +215,23 @@ func (o *Options) clusterProfiles(hubConfig *rest.Config) (clusters.ClusterProfi
 
 // Ready reports whether hub caches synced and every member synced or timed out.
 func (d *Daemon) Ready() bool {
-	return d.Controller.HubSynced() && d.Registry.Ready()
+	return d.Controller.HubSynced() && d.Registry.Ready() && (d.Coordinator == nil || d.Coordinator.HasSynced())
 }
 
 // Run runs the daemon until ctx ends. Stopping leaves the hub as it is: only
 // unregistering a member withdraws its objects.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.broadcaster.Shutdown()
+	if d.Coordinator != nil {
+		return d.runSharded(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var wg stdsync.WaitGroup
 	errc := make(chan error, 2)
-	if d.opts.MetricsBindAddress != "" && d.opts.MetricsBindAddress != "0" {
-		srv, ln, err := d.httpServer()
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("metrics server: %w", err)
-			}
-		}()
-		go func() {
-			<-ctx.Done()
-			sctx, c := context.WithTimeout(context.Background(), d.opts.ShutdownTimeout)
-			defer c()
-			_ = srv.Shutdown(sctx)
-		}()
+	if err := d.serveHTTP(ctx, &wg, errc); err != nil {
+		return err
 	}
 	wg.Add(2)
 	go func() {
@@ -251,6 +264,30 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return err
 }
 
+// serveHTTP serves /metrics, /healthz and /readyz until ctx ends, unless
+// turned off; a failure goes to errc.
+func (d *Daemon) serveHTTP(ctx context.Context, wg *stdsync.WaitGroup, errc chan<- error) error {
+	if d.opts.MetricsBindAddress == "" || d.opts.MetricsBindAddress == "0" {
+		return nil
+	}
+	srv, ln, err := d.httpServer()
+	if err != nil {
+		return err
+	}
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server: %w", err)
+		}
+	})
+	go func() {
+		<-ctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), d.opts.ShutdownTimeout)
+		defer c()
+		_ = srv.Shutdown(sctx)
+	}()
+	return nil
+}
+
 func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
@@ -261,7 +298,12 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 		// A warm standby is ready too: it can take over at once. The body
 		// says which role the replica has.
 		role := "leading"
-		if d.opts.LeaderElect && !d.leading.Load() {
+		switch {
+		case d.Coordinator != nil && d.leading.Load():
+			role = "sharing members, merging"
+		case d.Coordinator != nil:
+			role = "sharing members"
+		case d.opts.LeaderElect && !d.leading.Load():
 			role = "standing by"
 		}
 		if !d.Ready() {
@@ -280,11 +322,20 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }
 
-// memberSet adapts the registry to the controller's Members interface.
-type memberSet struct{ registry *clusters.Registry }
+// memberSet adapts the registry to the controller's Members interface. With
+// sharding, a registered member is owned only while this replica holds its
+// fence.
+type memberSet struct {
+	registry *clusters.Registry
+	coord    *shard.Coordinator
+}
 
 func (m *memberSet) Lookup(name string) (lifecycle.State, easync.Member) {
 	st, c := m.registry.Lookup(name)
+	if m.coord != nil && st.Registered() {
+		owned, until := m.coord.Owns(name)
+		st.Owned, st.OwnedUntil = st.Owned && owned, until
+	}
 	if c == nil {
 		return st, nil // an untyped nil, never a nil *Cluster
 	}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -50,8 +48,7 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 	if !d.opts.LeaderElect {
 		return d.lead(ctx)
 	}
-	host, _ := os.Hostname()
-	identity := host + "_" + string(uuid.NewUUID())
+	identity := d.identity
 	rl, err := resourcelock.New(resourcelock.LeasesResourceLock, d.opts.Namespace, d.opts.LeaderElectionID,
 		hub.CoreV1(), hub.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: identity, EventRecorder: recorder})
 	if err != nil {
@@ -104,7 +101,9 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 	klog.InfoS("Became leader; starting workers", "identity", identity)
 	workers, stopWorkers := context.WithCancel(lctx)
 	go lock.stopAtDeadline(workers, renewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline), stopWorkers)
+	d.leaderLock.Store(lock)
 	err = d.lead(workers)
+	d.leaderLock.Store(nil)
 	stopWorkers()
 	stopElector()
 	<-elected
@@ -264,6 +263,9 @@ func (d *Daemon) lead(ctx context.Context) error {
 	d.leading.Store(true)
 	defer d.leader.Set(0)
 	defer d.leading.Store(false)
+	if d.Coordinator != nil {
+		return d.merge(ctx)
+	}
 	if d.opts.LeaderElect {
 		// The member Events this replica held back as a standby.
 		d.Registry.ReportState()

@@ -61,7 +61,10 @@ type Options struct {
 	ClusterManager           string
 	AccessProviderFile       string
 
-	LeaderElect      bool
+	LeaderElect bool
+	// ShardMembers shares the members among the replicas (package shard)
+	// instead of one leader syncing them all.
+	ShardMembers     bool
 	LeaderElectionID string
 	LeaseDuration    time.Duration
 	RenewDeadline    time.Duration
@@ -148,6 +151,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.KubeconfigPolicy.AllowFilePaths, "allow-kubeconfig-file-paths", false, "Allow certificate/key file paths in member kubeconfigs (reads local files).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify, and plain http:// servers, in member kubeconfigs.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run workers only while holding a Lease in --namespace; standbys keep warm caches.")
+	fs.BoolVar(&o.ShardMembers, "shard-members", o.ShardMembers, "Share the members among the replicas: each syncs the members whose fence Lease it holds, and the leader assigns them and merges (needs --leader-elect). Off: the leader syncs every member and standbys keep warm caches.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits before taking over an unrenewed lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it gives up (and exits).")
@@ -184,6 +188,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, errors.New("leader election needs lease duration > renew deadline > retry period > 0"))
+	}
+	if o.ShardMembers && !o.LeaderElect {
+		errs = append(errs, errors.New("--shard-members needs --leader-elect"))
 	}
 	if o.UnreachableGrace < 0 || o.UnreachableWithdraw < 0 || o.MemberLeaseDuration < 0 || o.ProbeInterval <= 0 || o.ProbeTimeout <= 0 {
 		errs = append(errs, errors.New("unreachable, lease and probe durations must not be negative (probe ones positive)"))

@@ -1,0 +1,128 @@
+package shard
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// peers tracks the peer Leases as one replica sees them. A peer is alive
+// while this replica has seen its Lease renewed within a lease duration on
+// its own clock, as client-go's leader election judges a leader: clocks of
+// different machines are never compared.
+type peers struct {
+	mu            sync.Mutex
+	leaseDuration time.Duration
+	now           func() time.Time
+	// started is when this replica began looking: an identity it has never
+	// seen counts as renewed then.
+	started time.Time
+	seen    map[string]*peerRecord // by identity
+}
+
+type peerRecord struct {
+	renew     string // the Lease's renewTime and resourceVersion, as seen
+	observed  time.Time
+	draining  bool
+	gone      bool // the Lease was deleted: its replica left
+	leaseName string
+}
+
+func newPeers(leaseDuration time.Duration, now func() time.Time) *peers {
+	return &peers{leaseDuration: leaseDuration, now: now, started: now(), seen: map[string]*peerRecord{}}
+}
+
+// observe notes a peer Lease as the watch delivers it.
+func (p *peers) observe(l *coordinationv1.Lease) {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return
+	}
+	id := *l.Spec.HolderIdentity
+	renew := l.ResourceVersion
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.String() + "/" + renew
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.seen[id]
+	if r == nil {
+		r = &peerRecord{}
+		p.seen[id] = r
+	}
+	if r.renew != renew {
+		r.renew, r.observed = renew, p.now()
+	}
+	r.draining = l.Annotations[AnnotationDraining] == "true"
+	r.gone = false
+	r.leaseName = l.Name
+}
+
+// deleted notes that a peer Lease is gone: its replica shut down after
+// handing over, and holds nothing.
+func (p *peers) deleted(l *coordinationv1.Lease) {
+	if l.Spec.HolderIdentity == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.seen[*l.Spec.HolderIdentity]; r != nil {
+		r.gone = true
+	}
+}
+
+// alive reports whether the replica with this identity may still write:
+// its Lease was renewed within a lease duration as this replica saw it. A
+// replica never seen counts from when this one started looking, so a
+// fence held by a replica that died before this one started is taken a
+// lease duration after the start. A deleted Lease is a replica that left
+// and holds nothing; it is dead too, but only a lease duration after its
+// last renewal, in case it still writes.
+func (p *peers) alive(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	since := p.started
+	if r := p.seen[id]; r != nil {
+		since = r.observed
+	}
+	return p.now().Sub(since) < p.leaseDuration
+}
+
+// live lists the replicas that are alive and not draining: those the
+// leader assigns members to.
+func (p *peers) live() []string {
+	p.mu.Lock()
+	ids := make([]string, 0, len(p.seen))
+	for id, r := range p.seen {
+		if !r.draining && !r.gone {
+			ids = append(ids, id)
+		}
+	}
+	p.mu.Unlock()
+	out := ids[:0]
+	for _, id := range ids {
+		if p.alive(id) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// forgetDead drops the records of replicas dead for long, and returns
+// their Lease names, for the leader to delete.
+func (p *peers) forgetDead(after time.Duration) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for id, r := range p.seen {
+		if p.now().Sub(r.observed) > after {
+			delete(p.seen, id)
+			if !r.gone {
+				out = append(out, r.leaseName)
+			}
+		}
+	}
+	return out
+}

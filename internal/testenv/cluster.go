@@ -39,6 +39,11 @@ type Options struct {
 	// (multicluster.x-k8s.io, v1alpha1 and v1beta1) and waits until they are
 	// served.
 	CRDs bool
+	// Audit makes the API server write an audit log (Cluster.AuditLogPath)
+	// of every write: Metadata level, and Request level for Leases, so
+	// that a test can tell from the server's own record who wrote what,
+	// and when.
+	Audit bool
 	// Node, when set, gives the cluster one real node (see node.go):
 	// kubelet, containerd, kube-proxy, and kube-scheduler and
 	// kube-controller-manager, with a pod network routed to the other
@@ -64,6 +69,20 @@ type NodeOptions struct {
 // kubernetesServiceIP is the first address of envtest's service range
 // (10.0.0.0/24): the `kubernetes` Service.
 var kubernetesServiceIP = net.IPv4(10, 0, 0, 1)
+
+// auditPolicy records every write once, when it completed: Leases with their
+// request body (who holds them), the rest by metadata.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Request
+  verbs: ["create", "update", "patch", "delete"]
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
 
 var cleanStaleOnce sync.Once
 
@@ -91,6 +110,8 @@ type Cluster struct {
 	Dir string
 	// Node is the cluster's node, with Options.Node; nil otherwise.
 	Node *Node
+	// AuditLogPath is the API server's audit log, with Options.Audit.
+	AuditLogPath string
 
 	nodeOpts NodeOptions
 	env      *envtest.Environment
@@ -202,6 +223,14 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 	// so StopAPIServer takes seconds even while the daemon is watching.
 	env.ControlPlane.APIServer.Configure().Set("shutdown-watch-termination-grace-period", "1s")
 	c.env = env
+	if opts.Audit {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, fmt.Errorf("testenv: %w", err)
+		}
+		c.AuditLogPath = filepath.Join(dir, "audit.log")
+		env.ControlPlane.APIServer.Configure().Set("audit-policy-file", policy).Set("audit-log-path", c.AuditLogPath).Set("audit-log-maxsize", "0")
+	}
 	if opts.Node != nil {
 		if err := c.prepareNode(*opts.Node, certDir); err != nil {
 			return nil, err

@@ -342,7 +342,10 @@ func TestRegistryRetriesAMemberThatCannotConnect(t *testing.T) {
 	}
 	// MemberConnected is recorded just after the connection shows synced.
 	var got []string
-	waitUntil(t, func() bool { got = append(got, events(rec)...); return strings.Contains(strings.Join(got, "\n"), ReasonConnected) })
+	waitUntil(t, func() bool {
+		got = append(got, events(rec)...)
+		return strings.Contains(strings.Join(got, "\n"), ReasonConnected)
+	})
 	failed := 0
 	for _, e := range got {
 		if strings.Contains(e, ReasonClientFailed) {

@@ -155,8 +155,8 @@ func TestAlertRulesFollowValues(t *testing.T) {
 			}
 		}
 	}
-	if n != 8 {
-		t.Errorf("%d alerts rendered, want 8", n)
+	if n != 9 {
+		t.Errorf("%d alerts rendered, want 9", n)
 	}
 }
 

@@ -24,7 +24,9 @@ var (
 )
 
 // Describe implements prometheus.Collector. The Registry reports its members
-// at scrape time, so a removed member's series disappear with it.
+// at scrape time, so a removed member's series disappear with it. With
+// sharding, a replica reports only the members it connects to, so that a
+// sum over replicas counts each member once.
 func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 	ch <- membersDesc
 	ch <- memberReadyDesc
@@ -37,6 +39,9 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 	defer r.mu.RUnlock()
 	counts := map[string]float64{stateSynced: 0, stateSyncing: 0, stateTimedOut: 0, stateNotConnected: 0}
 	for name, m := range r.members {
+		if m.elsewhere {
+			continue // another replica owns it, and reports it
+		}
 		synced := 0.0
 		switch {
 		case m.active == nil:

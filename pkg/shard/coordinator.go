@@ -90,6 +90,12 @@ type Coordinator struct {
 	// wrote holds the fences this replica wrote that the cache may not
 	// show yet (see fenceLease).
 	wrote map[string]wroteFence
+	// assignedAt is when this replica first saw each member it does not
+	// hold assigned to it; unownedSince, on the leader, since when each
+	// registered member has had no live holder.
+	assignedAt   map[string]time.Time
+	unownedSince map[string]time.Time
+	metrics      metrics
 }
 
 // wroteFence is a fence as this replica wrote it, and the resourceVersion
@@ -120,6 +126,10 @@ func New(hub kubernetes.Interface, members Members, syncer Syncer, opts Options)
 		releasing: map[string]bool{},
 		wanted:    map[string]bool{},
 		wrote:     map[string]wroteFence{},
+
+		assignedAt:   map[string]time.Time{},
+		unownedSince: map[string]time.Time{},
+		metrics:      newMetrics(),
 	}
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.leaseEvent(obj, false) },
@@ -486,6 +496,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 		releasing := c.releasing[cluster]
 		c.mu.Unlock()
 		v.warm = v.registered && c.members.Warm(cluster)
+		c.note(cluster, f, v)
 		act := decide(v, f)
 		if releasing {
 			act = none // in hand: free decides
@@ -509,8 +520,38 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 		}
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	for cluster := range c.unownedSince {
+		if !clusters[cluster] {
+			delete(c.unownedSince, cluster)
+		}
+	}
+	c.mu.Unlock()
 	for _, cluster := range changed {
 		c.members.Reconsider(cluster)
+	}
+}
+
+// note keeps the times the metrics report: since when a member is assigned
+// here and not held, and, on the leader, since when it has no live holder.
+func (c *Coordinator) note(cluster string, f fence, v view) {
+	now := c.opts.Now()
+	leading := c.opts.Leading != nil && c.opts.Leading()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.assignedTo == v.me && f.holder != v.me {
+		if _, ok := c.assignedAt[cluster]; !ok {
+			c.assignedAt[cluster] = now
+		}
+	} else if f.holder != v.me {
+		delete(c.assignedAt, cluster)
+	}
+	if leading && v.registered && (f.holder == "" || !v.alive(f.holder)) {
+		if _, ok := c.unownedSince[cluster]; !ok {
+			c.unownedSince[cluster] = now
+		}
+	} else {
+		delete(c.unownedSince, cluster)
 	}
 }
 
@@ -583,7 +624,22 @@ func (c *Coordinator) take(ctx context.Context, f fence, msg string, kv ...inter
 	}
 	c.mu.Lock()
 	c.held[f.cluster] = epoch
+	assigned, ok := c.assignedAt[f.cluster]
+	delete(c.assignedAt, f.cluster)
 	c.mu.Unlock()
+	if f.holder != c.opts.Identity {
+		kind := kindTakeover
+		switch {
+		case f.holder == "" && ptr.Deref(f.lease.Spec.LeaseTransitions, 0) == 0:
+			kind = kindInitial
+		case f.holder == "":
+			kind = kindGraceful
+		}
+		c.metrics.handovers.WithLabelValues(kind).Inc()
+		if ok {
+			c.metrics.duration.WithLabelValues(kind).Observe(c.opts.Now().Sub(assigned).Seconds())
+		}
+	}
 	klog.InfoS(msg, append([]interface{}{"cluster", f.cluster}, kv...)...)
 	c.syncer.OwnershipChanged(f.cluster)
 }

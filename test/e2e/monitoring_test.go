@@ -24,6 +24,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -81,10 +82,14 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.register(t, "dark", "dark", dark)
+	// Nobody may write the fence of member "orphan": it stays without an
+	// owner.
+	denyFenceOf(t, e, "orphan")
+	e.register(t, "orphan", "orphan", e.west.Kubeconfig)
 	e.startDaemon(t, func(o *app.Options) {
 		o.MetricsBindAddress = addr
 		o.ExportMode = string(easync.ExportServiceExport)
-		o.LeaderElect = true
+		o.LeaderElect, o.ShardMembers = true, true
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 		o.ProbeInterval, o.ProbeTimeout = 500*time.Millisecond, time.Second
 	})
@@ -184,7 +189,8 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		// evaluation, pending until its "for" passes.
 		for _, name := range []string{"EndpointAggregatorNoLeader", "EndpointAggregatorMemberUnreachable",
 			"EndpointAggregatorMemberNotSynced", "EndpointAggregatorSyncErrors", "EndpointAggregatorHubWriteErrors",
-			"EndpointAggregatorPropagationSlow", "EndpointAggregatorNameConflicts", "EndpointAggregatorEndpointsRefused"} {
+			"EndpointAggregatorPropagationSlow", "EndpointAggregatorNameConflicts", "EndpointAggregatorEndpointsRefused",
+			"EndpointAggregatorMemberWithoutOwner"} {
 			if _, ok := alerts[name]; !ok {
 				t.Errorf("the chart has no alert %s", name)
 				continue
@@ -307,6 +313,57 @@ func dashboardQueries(t *testing.T) []panelQuery {
 // denyHubSlicesOf makes the hub's API server refuse EndpointSlices of the
 // MCS service name (a ValidatingAdmissionPolicy, as an operator's policy
 // would), and waits until it does.
+// denyFenceOf installs an admission policy that refuses every write of a
+// member's fence Lease, as a mistaken policy or quota would: no replica can
+// take the member.
+func denyFenceOf(t *testing.T, e *env, cluster string) {
+	t.Helper()
+	ctx := context.Background()
+	name := "deny-fence-" + cluster
+	policies := e.hub.Client.AdmissionregistrationV1()
+	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"},
+						},
+					},
+				}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf(`object.metadata.name != %q`, shard.FenceName(cluster)),
+				Message:    "the test's admission policy refuses this fence",
+			}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: daemonNamespace, Name: shard.FenceName(cluster)}}
+	eventually(t, waitTimeout, func() error {
+		_, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("the hub still admits the fence of %s", cluster)
+		}
+		if !strings.Contains(err.Error(), "refuses this fence") {
+			return fmt.Errorf("dry-run create: %v", err)
+		}
+		return nil
+	})
+}
+
 func denyHubSlicesOf(t *testing.T, e *env, service string) {
 	t.Helper()
 	ctx := context.Background()

@@ -187,6 +187,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 			Leading:       func() bool { ok, _ := d.merging(); return ok },
 		})
 		members.coord = d.Coordinator
+		reg.MustRegister(d.Coordinator)
 	}
 	return d, nil
 }

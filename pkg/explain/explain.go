@@ -66,6 +66,10 @@ type Member struct {
 	ControlPlane string
 	// Lease is its liveness Lease in the hub, or nil.
 	Lease *coordinationv1.Lease
+	// Owner is who writes its hub objects when replicas share the members:
+	// the replica its fence Lease names, with a note ("handed to X",
+	// "its peer Lease lapsed", "nobody"); "" without sharding.
+	Owner string
 	// UnreachableGrace and UnreachableWithdraw override the policy's when
 	// set (the Secret's annotations).
 	UnreachableGrace, UnreachableWithdraw *time.Duration
@@ -126,7 +130,10 @@ type MemberRow struct {
 	Refused  map[string]int `json:"refused,omitempty"`
 	Refusals string         `json:"refusals,omitempty"`
 	// Hub is what the hub holds from the member.
-	Hub     string `json:"hub"`
+	Hub string `json:"hub"`
+	// Owner is the replica that writes the member's hub objects, with
+	// --shard-members.
+	Owner   string `json:"owner,omitempty"`
 	Verdict string `json:"verdict"`
 }
 
@@ -227,6 +234,7 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	}
 	row.Export, row.Conditions = describeExport(in.Policy, m)
 	row.Hub = describeHub(m)
+	row.Owner = m.Owner
 	row.Verdict = verdict(in, m, record, merged, down, since)
 	return row
 }

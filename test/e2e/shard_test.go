@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
@@ -83,6 +84,31 @@ func TestShardedReplicasShareMembersAndHandOverWithoutWriting(t *testing.T) {
 	for _, r := range replicas {
 		r.waitSettled(t)
 	}
+	// status names each member's owner.
+	kubeconfig := cliKubeconfig(t, e.hub)
+	eventually(t, waitTimeout, func() error {
+		stdout, stderr, err := runCLI(context.Background(), "status", "--hub-context", "hub", "-n", daemonNamespace, "-o", "json", "--kubeconfig", kubeconfig)
+		if err != nil {
+			return fmt.Errorf("status: %v\n%s", err, stderr)
+		}
+		var report struct {
+			Members []struct {
+				Name, Owner string
+			}
+		}
+		if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+			return err
+		}
+		for _, m := range report.Members {
+			if want := replicas[own[m.Name][0]].Identity(); m.Owner != want {
+				return fmt.Errorf("status says %s is owned by %q, want %q", m.Name, m.Owner, want)
+			}
+		}
+		if len(report.Members) != len(members) {
+			return fmt.Errorf("status lists %d members, want %d", len(report.Members), len(members))
+		}
+		return nil
+	})
 	// Only an owner connects to its member.
 	for _, m := range members {
 		for i, r := range replicas {

@@ -189,6 +189,7 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		return in, fmt.Errorf("hub %s: listing registration Secrets in namespace %s: %w", hub.context, o.kube.Namespace, err)
 	}
 	leases := map[string]*coordinationv1.Lease{}
+	owners := map[string]string{}
 	if list, err := hub.kube.CoordinationV1().Leases(o.kube.Namespace).List(ctx, metav1.ListOptions{}); err != nil {
 		warn("listing member Leases: %v; health is Unknown", err)
 	} else {
@@ -197,6 +198,7 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 				leases[name] = &list.Items[i]
 			}
 		}
+		owners = fenceOwners(list.Items, time.Now())
 	}
 
 	if _, err := hub.kube.CoreV1().Namespaces().Get(ctx, o.namespace, metav1.GetOptions{}); err == nil {
@@ -253,6 +255,7 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 	seen := map[string]bool{}
 	add := func(m explain.Member, kube kubernetes.Interface, mcs mcsclientset.Interface) {
 		m.Lease = leases[m.Name]
+		m.Owner = owners[m.Name]
 		m.HubSlices = hubSlices[m.Name]
 		o.readHubPart(ctx, hub, &m)
 		if kube != nil {
@@ -463,6 +466,9 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 		return err
 	}
 	for _, m := range r.Members {
+		if m.Owner != "" {
+			fmt.Fprintf(w, "  %s written by replica %s\n", m.Cluster, m.Owner)
+		}
 		if m.ReadError != "" {
 			fmt.Fprintf(w, "  %s not read: %s\n", m.Cluster, m.ReadError)
 		}
@@ -489,6 +495,17 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 		fmt.Fprintf(w, "  %s: %s\n", m.Cluster, m.Verdict)
 	}
 	return nil
+}
+
+// fenceOwners describes, from the Leases of the daemon's namespace, who
+// writes each member's hub objects when replicas share the members, as
+// status's OWNER column does.
+func fenceOwners(leases []coordinationv1.Lease, now time.Time) map[string]string {
+	out := map[string]string{}
+	for c, o := range fenceOwnership(leases, now) {
+		out[c] = o.cell()
+	}
+	return out
 }
 
 func orNone(list []string) string {

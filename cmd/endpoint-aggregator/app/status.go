@@ -72,6 +72,10 @@ or a member that is being withdrawn).
                      within its duration or not.
   SERVICES           member Services the hub imports (ServiceImport
                      status.clusters and per-cluster Services).
+  OWNER              with replicas sharing the members (--shard-members):
+                     the replica holding the member's fence Lease, "(to X)"
+                     while it is handed to replica X, "(lapsed)" when that
+                     replica's peer Lease was not renewed in time.
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
   LAST ERROR         the message of the latest Warning Event, if not
                      resolved since (full text with -o json or -o yaml).

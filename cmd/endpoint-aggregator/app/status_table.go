@@ -18,6 +18,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -63,6 +64,46 @@ type memberStatus struct {
 	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
 	// CreationTimestamp is the Secret's.
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
+	// Who writes the member's hub objects, with --shard-members.
+	ownership `json:",inline"`
+}
+
+// ownership is who writes a member's hub objects when replicas share the
+// members: the replica holding its fence (Owner), and the one the leader
+// gives it to (AssignedTo). OwnerAlive says whether the owner's peer Lease
+// was renewed within its duration.
+type ownership struct {
+	Owner      string `json:"owner,omitempty"`
+	AssignedTo string `json:"assignedTo,omitempty"`
+	OwnerAlive *bool  `json:"ownerAlive,omitempty"`
+	// Sharded: the member has a fence Lease.
+	Sharded bool `json:"-"`
+}
+
+// fenceOwnership reads the ownership of each member that has a fence Lease
+// from the fence and peer Leases.
+func fenceOwnership(leases []coordinationv1.Lease, now time.Time) map[string]ownership {
+	peers := map[string]*coordinationv1.Lease{} // by holder identity
+	for i := range leases {
+		if l := &leases[i]; l.Labels[shard.LabelRole] == shard.RolePeer && l.Spec.HolderIdentity != nil {
+			peers[*l.Spec.HolderIdentity] = l
+		}
+	}
+	out := map[string]ownership{}
+	for i := range leases {
+		l := &leases[i]
+		if l.Labels[shard.LabelRole] != shard.RoleFence {
+			continue
+		}
+		o := ownership{Sharded: true, AssignedTo: l.Annotations[shard.AnnotationAssignedTo]}
+		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			o.Owner = *l.Spec.HolderIdentity
+			alive := leaseLive(peers[o.Owner], now)
+			o.OwnerAlive = &alive
+		}
+		out[l.Labels[shard.LabelFenceCluster]] = o
+	}
+	return out
 }
 
 type statusEvent struct {
@@ -139,6 +180,8 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 		}
 	}
 
+	owners := fenceOwnership(in.Leases, now)
+
 	var rows []memberStatus
 	seen := map[string]bool{}
 	for i := range in.Secrets {
@@ -166,6 +209,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 	}
 	for i := range rows {
 		r := &rows[i]
+		r.ownership = owners[r.Name]
 		r.Services = len(services[r.Name])
 		r.Endpoints, r.ReadyEndpoints = total[r.Name], ready[r.Name]
 		if l := leases[r.Name]; l != nil && l.Spec.RenewTime != nil {
@@ -292,8 +336,16 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 	}
 	switch format {
 	case "table", "":
+		sharded := false
+		for _, r := range rows {
+			sharded = sharded || r.Sharded
+		}
 		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSECRET\tCONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tLAST ERROR\tAGE")
+		owner := ""
+		if sharded {
+			owner = "OWNER\t"
+		}
+		fmt.Fprintln(tw, "NAME\tSECRET\t"+owner+"CONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tLAST ERROR\tAGE")
 		for _, r := range rows {
 			secret, age := r.Secret, "<unknown>"
 			if secret == "" {
@@ -306,11 +358,40 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 			if r.LastError != "" {
 				lastErr = statusCell(r.LastError, 80)
 			}
+			if sharded {
+				secret += "\t" + r.cell()
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, lastErr, age)
 		}
 		return tw.Flush()
 	}
 	return fmt.Errorf("unknown output format %q (want one of %s)", format, strings.Join(statusOutputs, ", "))
+}
+
+// cell is the OWNER column: the fence holder, marked when its peer Lease
+// lapsed or while the member is handed to another replica.
+func (r ownership) cell() string {
+	switch {
+	case !r.Sharded:
+		return "<n/a>"
+	case r.Owner == "" && r.AssignedTo != "":
+		return "<none> (to " + r.AssignedTo + ")"
+	case r.Owner == "":
+		return "<none>"
+	case r.OwnerAlive != nil && !*r.OwnerAlive:
+		return r.Owner + " (lapsed)"
+	case r.AssignedTo != "" && r.AssignedTo != r.Owner:
+		return r.Owner + " (to " + r.AssignedTo + ")"
+	}
+	return r.Owner
+}
+
+// leaseLive reports whether a Lease was renewed within its duration.
+func leaseLive(l *coordinationv1.Lease, now time.Time) bool {
+	if l == nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return false
+	}
+	return now.Before(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
 }
 
 // statusCell puts s on one line of at most n runes.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -319,4 +320,52 @@ func fmtStatusRows(rs []statusRow) string {
 		fmt.Fprintf(&b, "  %+v\n", r)
 	}
 	return b.String()
+}
+
+// With sharing replicas, OWNER names each member's fence holder, marks a
+// handover and a holder whose peer Lease lapsed; without fences the table
+// has no OWNER column.
+func TestStatusShowsOwners(t *testing.T) {
+	lease := func(name string, labels, annotations map[string]string, holder string, renewedAgo time.Duration) coordinationv1.Lease {
+		renewed := metav1.NewMicroTime(statusNow.Add(-renewedAgo))
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: statusNS, Name: name, Labels: labels, Annotations: annotations},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &renewed},
+		}
+	}
+	fence := func(cluster, holder, assigned string) coordinationv1.Lease {
+		return lease(shard.FenceName(cluster), map[string]string{shard.LabelRole: shard.RoleFence, shard.LabelFenceCluster: cluster},
+			map[string]string{shard.AnnotationAssignedTo: assigned}, holder, time.Hour)
+	}
+	peer := func(id string, renewedAgo time.Duration) coordinationv1.Lease {
+		return lease(shard.PeerName(id), map[string]string{shard.LabelRole: shard.RolePeer}, nil, id, renewedAgo)
+	}
+	in := statusInput{
+		Secrets: []corev1.Secret{regSecret("east", "", time.Hour), regSecret("west", "", time.Hour), regSecret("north", "", time.Hour), regSecret("south", "", time.Hour)},
+		Leases: []coordinationv1.Lease{
+			fence("east", "pod-a", "pod-a"), fence("west", "pod-a", "pod-b"), fence("north", "pod-c", "pod-b"), fence("south", "", "pod-b"),
+			peer("pod-a", time.Second), peer("pod-b", time.Second), peer("pod-c", time.Minute),
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	want := map[string]string{"east": "pod-a", "west": "pod-a (to pod-b)", "north": "pod-c (lapsed)", "south": "<none> (to pod-b)"}
+	for _, r := range rows {
+		if got := r.cell(); got != want[r.Name] {
+			t.Errorf("%s: OWNER %q, want %q", r.Name, got, want[r.Name])
+		}
+	}
+	var buf bytes.Buffer
+	if err := printMemberStatuses(&buf, "table", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "OWNER") || !strings.Contains(buf.String(), "pod-c (lapsed)") {
+		t.Errorf("table:\n%s\nwant an OWNER column with the owners", buf.String())
+	}
+	buf.Reset()
+	if err := printMemberStatuses(&buf, "table", statusNS, buildMemberStatuses(statusNow, statusInput{Secrets: in.Secrets}), statusNow); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "OWNER") {
+		t.Errorf("table without fences:\n%s\nwant no OWNER column", buf.String())
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -147,15 +148,17 @@ func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
 				t.Errorf("the dry run does not list %s", k)
 			}
 		}
-		for _, l := range []string{"endpoint-aggregator", easync.MemberLeasePrefix + "east", easync.MemberLeasePrefix + "west"} {
+		// The leader election Lease, the member liveness Leases and, as
+		// the replicas share the members by default, the members' fences.
+		for _, l := range []string{"endpoint-aggregator", easync.MemberLeasePrefix + "east", easync.MemberLeasePrefix + "west", shard.FenceName("east"), shard.FenceName("west")} {
 			if !listed["Lease/"+daemonNamespace+"/"+l] {
 				t.Errorf("the dry run does not list Lease %s", l)
 			}
 		}
-		if !r.DryRun || len(r.Objects) != len(before)+3 || r.Counts["Lease"] != 3 || r.Counts["EndpointSlice"] != 3 {
+		if !r.DryRun || len(r.Objects) != len(before)+5 || r.Counts["Lease"] != 5 || r.Counts["EndpointSlice"] != 3 {
 			t.Errorf("dry run report: %d objects, counts %v", len(r.Objects), r.Counts)
 		}
-		if !strings.Contains(stderr, "Dry run: would delete 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 3 Leases. Nothing was deleted.") {
+		if !strings.Contains(stderr, "Dry run: would delete 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases. Nothing was deleted.") {
 			t.Errorf("stderr:\n%s", stderr)
 		}
 		if after := e.ourObjects(t); !equalObjects(before, after) || !slices.Equal(leases(), leasesBefore) {
@@ -187,7 +190,7 @@ func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
 				t.Errorf("registration Secret %s: %v", s, err)
 			}
 		}
-		if !strings.Contains(stderr, "Deleted 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 3 Leases.") {
+		if !strings.Contains(stderr, "Deleted 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases.") {
 			t.Errorf("stderr:\n%s", stderr)
 		}
 		_, stderr, err = cleanup()

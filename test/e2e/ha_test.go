@@ -26,7 +26,7 @@ func TestStandbyTakesOverAConvergedHubWithoutWriting(t *testing.T) {
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	fast := func(o *app.Options) {
-		o.LeaderElect = true
+		o.LeaderElect, o.ShardMembers = true, false // one leader, warm standbys
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 	}
 	leader := e.startDaemon(t, fast)
@@ -77,6 +77,7 @@ func TestStandbyTakesOverAConvergedHubWithoutWriting(t *testing.T) {
 // makes a takeover faster than it.
 var haFlags = []string{
 	"--leader-elect=true",
+	"--shard-members=false",
 	"--leader-elect-lease-duration=4s",
 	"--leader-elect-renew-deadline=3s",
 	"--leader-elect-retry-period=2s",
@@ -207,7 +208,7 @@ func TestOnlyTheLeaderRecordsMemberEvents(t *testing.T) {
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	fast := func(o *app.Options) {
-		o.LeaderElect = true
+		o.LeaderElect, o.ShardMembers = true, false // one leader, warm standbys
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 2*time.Second
 	}
 	a := e.startDaemon(t, fast)
@@ -252,7 +253,7 @@ func TestOnlyTheLeaderRecordsMemberEvents(t *testing.T) {
 // standby may have taken the Lease already, so the leader must count its
 // deadline itself.
 func haTiming(o *app.Options) {
-	o.LeaderElect = true
+	o.LeaderElect, o.ShardMembers = true, false // one leader, warm standbys
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = haLeaseDuration, haRenewDeadline, 1500*time.Millisecond
 }
 

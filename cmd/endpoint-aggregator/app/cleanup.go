@@ -12,9 +12,11 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -51,8 +53,10 @@ endpoints before names:
   Endpoints       app.kubernetes.io/managed-by=endpoint-aggregator, all namespaces
   Services        the same label: derived-<hash> and <svc>-<cluster> Services
   ServiceImports  the same label
-  Leases          the member liveness Leases (same label) and the leader
-                  election Lease --leader-election-id, in the daemon's
+  Leases          the member liveness Leases (same label), the leader
+                  election Lease --leader-election-id, and the replica and
+                  member fence Leases of sharing replicas (label
+                  endpoint-aggregator.io/shard), in the daemon's
                   namespace (--namespace)
 An object without the label is never touched, even where its name is one the
 daemon would use (a user's own cart-east Service stays). Left in place too:
@@ -62,7 +66,7 @@ daemon's Events (they expire), the CRDs, and everything in the members.
 
 A running daemon would recreate what cleanup deletes, so cleanup refuses,
 deleting nothing, while one runs: while the leader election Lease is held or
-a member Lease was renewed within its duration. --wait waits that long for
+a member or replica Lease was renewed within its duration. --wait waits that long for
 those Leases to be released or to lapse; --force deletes anyway.
 --delete-deployment first deletes the daemon's Deployment (foreground: it is
 gone once its pods are) and waits for it within --wait; the chart's opt-in
@@ -311,6 +315,17 @@ func (o *cleanupOptions) runningDaemon(ctx context.Context, hub *cliClients) ([]
 		if strings.HasPrefix(l.Name, easync.MemberLeasePrefix) && cleanupLeaseHeld(l, now()) {
 			out = append(out, fmt.Sprintf("member Lease %s/%s was renewed %s ago (for %ds)",
 				ns, l.Name, now().Sub(l.Spec.RenewTime.Time).Round(time.Second), *l.Spec.LeaseDurationSeconds))
+		}
+	}
+	// A replica sharing the members renews its peer Lease.
+	peers, err := hub.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{shard.LabelRole: shard.RolePeer}.String()})
+	if err != nil {
+		return nil, err
+	}
+	for i := range peers.Items {
+		if l := &peers.Items[i]; cleanupLeaseHeld(l, now()) {
+			out = append(out, fmt.Sprintf("replica Lease %s/%s is held by %s (renewed %s ago, for %ds)",
+				ns, l.Name, cleanupHolder(l), now().Sub(l.Spec.RenewTime.Time).Round(time.Second), *l.Spec.LeaseDurationSeconds))
 		}
 	}
 	return out, nil

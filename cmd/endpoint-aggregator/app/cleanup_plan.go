@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 // managedBySelector selects the hub objects the daemon writes, except its
@@ -117,6 +118,19 @@ func listCleanup(ctx context.Context, hub *cliClients, ns, leaderLease string) (
 	}
 	for i := range leases.Items {
 		add(kindLease, &leases.Items[i], "member liveness")
+	}
+	// The Leases of sharing replicas: their peer Leases and the members'
+	// fences.
+	shardLeases, err := hub.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: shard.LabelRole})
+	if err != nil {
+		return nil, fmt.Errorf("listing Leases in namespace %s: %w", ns, err)
+	}
+	for i := range shardLeases.Items {
+		role := "member fence"
+		if shardLeases.Items[i].Labels[shard.LabelRole] == shard.RolePeer {
+			role = "replica"
+		}
+		add(kindLease, &shardLeases.Items[i], role)
 	}
 	// client-go's lock does not label the leader election Lease: it is
 	// known by name alone.

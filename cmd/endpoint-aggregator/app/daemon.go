@@ -119,7 +119,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		leader: leader, leading: &atomic.Bool{}, identity: host + "_" + string(uuid.NewUUID())}
 	members := &memberSet{}
 	var sharding easync.Sharding
-	if o.ShardMembers {
+	if o.sharded() {
 		sharding = &shardView{d: d}
 	}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
@@ -154,7 +154,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	leading := d.leading
 	var handler clusters.Handler = ctrl
 	var wanted func(string) bool
-	if o.ShardMembers {
+	if o.sharded() {
 		handler = kickingHandler{Controller: ctrl, kick: func() { d.Coordinator.Kick() }}
 		wanted = func(cluster string) bool { return d.Coordinator.Wants(cluster) }
 	}
@@ -177,7 +177,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	})
 	reg.MustRegister(ctrl, members.registry)
 	d.Controller, d.Registry = ctrl, members.registry
-	if o.ShardMembers {
+	if o.sharded() {
 		d.Coordinator = shard.New(hub, members.registry, ctrl, shard.Options{
 			Namespace:     o.Namespace,
 			Identity:      d.identity,

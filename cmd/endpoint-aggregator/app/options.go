@@ -106,12 +106,13 @@ func NewOptions() *Options {
 		ProbeTimeout:        clusters.DefaultProbeTimeout,
 		HubClusterName:      "hub",
 		LeaderElect:         true,
+		ShardMembers:        true,
 		LeaderElectionID:    "endpoint-aggregator",
 		LeaseDuration:       15 * time.Second,
 		RenewDeadline:       10 * time.Second,
 		RetryPeriod:         2 * time.Second,
 		MetricsBindAddress:  ":8080",
-		ShutdownTimeout:     10 * time.Second,
+		ShutdownTimeout:     25 * time.Second,
 	}
 }
 
@@ -151,7 +152,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.KubeconfigPolicy.AllowFilePaths, "allow-kubeconfig-file-paths", false, "Allow certificate/key file paths in member kubeconfigs (reads local files).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowInsecureSkipVerify, "allow-kubeconfig-insecure", false, "Allow insecure-skip-tls-verify, and plain http:// servers, in member kubeconfigs.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run workers only while holding a Lease in --namespace; standbys keep warm caches.")
-	fs.BoolVar(&o.ShardMembers, "shard-members", o.ShardMembers, "Share the members among the replicas: each syncs the members whose fence Lease it holds, and the leader assigns them and merges (needs --leader-elect). Off: the leader syncs every member and standbys keep warm caches.")
+	fs.BoolVar(&o.ShardMembers, "shard-members", o.ShardMembers, "With --leader-elect, share the members among the replicas: each connects to and writes the members whose fence Lease it holds, and the leader assigns them and writes the merged objects. =false: the leader syncs every member and standbys keep warm caches of all of them.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits before taking over an unrenewed lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader retries renewing before it gives up (and exits).")
@@ -162,7 +163,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AccessProviderFile, "access-provider-file", o.AccessProviderFile, "Access-provider file (sigs.k8s.io/cluster-inventory-api pkg/access format): the credential plugin per provider name of ClusterProfiles' status.accessProviders. The only source of plugin commands; arguments a ClusterProfile proposes are ignored.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --metrics-bind-address (they expose internals: use a private address).")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to wait for in-flight syncs on SIGTERM.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long SIGTERM may take: handing this replica's members over (--shard-members), then waiting for in-flight syncs. Keep it under the pod's terminationGracePeriodSeconds.")
 }
 
 // Validate checks the options; it returns every problem at once.
@@ -188,9 +189,6 @@ func (o *Options) Validate() error {
 	}
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, errors.New("leader election needs lease duration > renew deadline > retry period > 0"))
-	}
-	if o.ShardMembers && !o.LeaderElect {
-		errs = append(errs, errors.New("--shard-members needs --leader-elect"))
 	}
 	if o.UnreachableGrace < 0 || o.UnreachableWithdraw < 0 || o.MemberLeaseDuration < 0 || o.ProbeInterval <= 0 || o.ProbeTimeout <= 0 {
 		errs = append(errs, errors.New("unreachable, lease and probe durations must not be negative (probe ones positive)"))
@@ -222,6 +220,10 @@ func (o *Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// sharded reports whether the replicas share the members: only with leader
+// election, since the leader assigns them.
+func (o *Options) sharded() bool { return o.ShardMembers && o.LeaderElect }
 
 // exportPolicy builds the controller's export policy from validated options.
 func (o *Options) exportPolicy() easync.ExportPolicy {

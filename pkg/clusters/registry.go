@@ -760,6 +760,10 @@ func (r *Registry) unconnected(reg *registration, m *member, reason, why string)
 		r.members[cluster] = m
 	}
 	m.ref, m.policy, m.unconnected, m.registered = ref, reg.policy, why, reg.created.Time
+	if m.elsewhere {
+		// Wanted here now, and cannot be connected: unreachable from now.
+		m.elsewhere, m.unconnectedSince = false, time.Now()
+	}
 	r.bySecret[reg.key] = cluster
 	r.mu.Unlock()
 	r.handler.ClusterHealthChanged(cluster, false)

@@ -356,3 +356,51 @@ func TestRegistryRetriesAMemberThatCannotConnect(t *testing.T) {
 		t.Errorf("Events %q: want one %s and a %s", got, ReasonClientFailed, ReasonConnected)
 	}
 }
+
+// With sharding, a member another replica owns is registered without a
+// connection, neither owned nor unreachable, and not reported in the
+// metrics; once it is wanted here, Reconsider connects it, and when it is
+// no longer wanted, stops the connection. A registration that cannot be
+// connected is unreachable only once it is wanted here.
+func TestRegistryConnectsOnlyWantedMembers(t *testing.T) {
+	var wanted atomic.Bool
+	var broken atomic.Bool
+	r, _, _, _ := startRegistryWith(t, Options{
+		SyncTimeout: 5 * time.Second,
+		Wanted:      func(string) bool { return wanted.Load() },
+		NewClients: func(*rest.Config) (Clients, error) {
+			if broken.Load() {
+				return Clients{}, errors.New("credential plugin not ready")
+			}
+			return Clients{Kube: kubefake.NewClientset()}, nil
+		},
+	}, secret("east", "", tokenKubeconfig, time.Hour))
+
+	st, c := r.Lookup("east")
+	if st.Phase != lifecycle.Registered || st.Owned || st.Unreachable || c != nil {
+		t.Fatalf("east owned elsewhere: state %+v, connection %v; want registered, not owned, reachable, no connection", st, c)
+	}
+	if r.Warm("east") {
+		t.Error("a member without a connection here is warm")
+	}
+	wanted.Store(true)
+	r.Reconsider("east")
+	waitUntil(t, func() bool { st, _ := r.Lookup("east"); return st.Phase == lifecycle.Synced && st.Owned })
+	if !r.Warm("east") {
+		t.Error("a synced member is not warm")
+	}
+	wanted.Store(false)
+	r.Reconsider("east")
+	waitUntil(t, func() bool { _, c := r.Lookup("east"); return c == nil })
+	if st, _ := r.Lookup("east"); st.Owned || st.Unreachable {
+		t.Errorf("east handed away: %+v, want not owned, reachable", st)
+	}
+
+	broken.Store(true)
+	wanted.Store(true)
+	r.Reconsider("east")
+	waitUntil(t, func() bool { st, _ := r.Lookup("east"); return st.Unreachable })
+	if st, _ := r.Lookup("east"); st.Phase != lifecycle.Registered || !st.Owned || !strings.Contains(st.Reason, "credential plugin not ready") || !r.Warm("east") {
+		t.Errorf("east wanted and broken: %+v (warm %t), want registered, owned, unreachable with the reason, warm", st, r.Warm("east"))
+	}
+}

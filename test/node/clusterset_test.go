@@ -18,6 +18,7 @@ import (
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 const (
@@ -66,11 +67,11 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 	start := time.Now()
 	helm(t, hub.KubeconfigPath, "install", release, "../../charts/endpoint-aggregator", "-n", daemonNS,
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--wait", "--timeout", "3m")
+		"--set", "replicas=3", "--wait", "--timeout", "3m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(100*time.Millisecond))
 	pods := daemonPods(t, hub)
-	if len(pods) != 2 {
-		t.Fatalf("%d daemon pods, want 2", len(pods))
+	if len(pods) != 3 {
+		t.Fatalf("%d daemon pods, want 3", len(pods))
 	}
 
 	// The members' workloads: real Deployments, Services and exports.
@@ -176,8 +177,8 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 	})
 	t.Run("the chart's pods run hardened, as the chart says", func(t *testing.T) {
 		procs := daemonProcesses(t)
-		if len(procs) != 2 {
-			t.Fatalf("%d daemon processes on the hub node, want 2", len(procs))
+		if len(procs) != 3 {
+			t.Fatalf("%d daemon processes on the hub node, want 3", len(procs))
 		}
 		for _, p := range procs {
 			for _, want := range []string{"Uid:\t65532\t65532\t65532\t65532", "Gid:\t65532\t65532\t65532\t65532",
@@ -194,49 +195,25 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			}
 		}
 	})
-	var leader, standby string
-	t.Run("one replica leads", func(t *testing.T) {
+	var leader string
+	others := map[string]bool{}
+	t.Run("one replica leads and each member has one owner among the replicas", func(t *testing.T) {
 		leader = leaseHolderPod(t, hub)
 		for _, p := range daemonPods(t, hub) {
 			if p.Name != leader {
-				standby = p.Name
+				others[p.Name] = true
 			}
 		}
-		if leader == "" || standby == "" {
-			t.Fatalf("leader %q standby %q", leader, standby)
+		if leader == "" || len(others) != 2 {
+			t.Fatalf("leader %q, others %v", leader, others)
 		}
+		eventually(t, time.Minute, func() error { return ownedByPods(hub, daemonPods(t, hub), "east", "west") })
 	})
-	t.Run("deleting the leader pod: the standby takes over and no request fails", func(t *testing.T) {
+	t.Run("deleting the leader pod: another replica leads, its members move, and no request fails", func(t *testing.T) {
 		if leader == "" {
 			t.Fatal("no leader: the subtest above failed")
 		}
-		stop := make(chan struct{})
-		type tally struct{ sent, failed int }
-		done := make(chan tally)
-		var rounds atomic.Int64 // rounds of requests made so far
-		go func() {
-			var n tally
-			for {
-				select {
-				case <-stop:
-					done <- n
-					return
-				default:
-				}
-				by, failed, err := answers(clientIP, clusterset, 5)
-				if err != nil {
-					n.failed += 5
-				} else {
-					n.failed += failed
-					n.sent += failed
-					for _, c := range by {
-						n.sent += c
-					}
-				}
-				rounds.Add(1)
-				time.Sleep(50 * time.Millisecond) // the client's pace
-			}
-		}()
+		loop := startClientLoop(clientIP, clusterset)
 		start := time.Now()
 		if err := hub.Client.CoreV1().Pods(daemonNS).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -250,30 +227,23 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			return nil
 		})
 		takeover := time.Since(start)
-		// Requests after the takeover too: twenty more rounds.
-		after := rounds.Load() + 20
-		eventually(t, time.Minute, func() error {
-			if n := rounds.Load(); n < after {
-				return fmt.Errorf("%d rounds of requests since the takeover, want 20", 20-(after-n))
-			}
-			return nil
-		})
-		close(stop)
-		n := <-done
+		eventually(t, time.Minute, func() error { return ownedByPods(hub, daemonPods(t, hub), "east", "west") })
+		n := loop.stopAfter(t, 20) // requests after the takeover too
 		t.Logf("leader %s deleted: %s took over after %s; the client loop sent %d requests, %d failed",
 			leader, holder, takeover.Round(10*time.Millisecond), n.sent, n.failed)
 		if n.failed > 0 {
 			t.Errorf("%d of %d requests failed across the takeover", n.failed, n.sent)
 		}
-		if holder != standby {
-			t.Errorf("the lease went to %s, not to the warm standby %s", holder, standby)
+		if !others[holder] {
+			t.Errorf("the lease went to %s, not to one of the replicas already running, %v", holder, others)
 		}
 	})
-	t.Run("helm upgrade rolls the pods; the new leader writes nothing to a converged hub", func(t *testing.T) {
+	t.Run("helm upgrade rolls the three sharing pods under traffic: no request fails, the new replicas write nothing to a converged hub", func(t *testing.T) {
 		old := map[string]bool{}
 		for _, p := range daemonPods(t, hub) {
 			old[p.Name] = true
 		}
+		loop := startClientLoop(clientIP, clusterset)
 		helm(t, hub.KubeconfigPath, "upgrade", release, "../../charts/endpoint-aggregator", "-n", daemonNS, "--reuse-values",
 			"--set", "workers=3", "--wait", "--timeout", "3m")
 		var holder string
@@ -327,16 +297,36 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			}
 			return nil
 		})
-		// Member liveness Leases are renewed whatever the hub holds.
-		w := sumSeries(m, "endpoint_aggregator_hub_writes_total") - sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="update"}`)
-		if w != 0 {
-			var lines []string
-			for _, l := range strings.Split(m, "\n") {
-				if strings.HasPrefix(l, "endpoint_aggregator_hub_writes_total{") {
-					lines = append(lines, l)
+		eventually(t, time.Minute, func() error { return ownedByPods(hub, daemonPods(t, hub), "east", "west") })
+		n := loop.stopAfter(t, 20)
+		t.Logf("helm upgrade rolled %d pods; the client loop sent %d requests, %d failed", len(old), n.sent, n.failed)
+		if n.failed > 0 {
+			t.Errorf("%d of %d requests failed across the rolling upgrade", n.failed, n.sent)
+		}
+		// Every new replica, the leader and the owners of the members: no
+		// hub write but the member liveness Leases, renewed whatever the
+		// hub holds.
+		for _, p := range daemonPods(t, hub) {
+			if old[p.Name] || p.DeletionTimestamp != nil {
+				continue
+			}
+			m := m
+			if p.Name != holder {
+				var err error
+				if m, err = get("http://" + p.Status.PodIP + ":8080/metrics"); err != nil {
+					t.Fatal(err)
 				}
 			}
-			t.Errorf("the new leader %s wrote %v times to a converged hub:\n%s", holder, w, strings.Join(lines, "\n"))
+			w := sumSeries(m, "endpoint_aggregator_hub_writes_total") - sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="update"}`)
+			if w != 0 {
+				var lines []string
+				for _, l := range strings.Split(m, "\n") {
+					if strings.HasPrefix(l, "endpoint_aggregator_hub_writes_total{") {
+						lines = append(lines, l)
+					}
+				}
+				t.Errorf("the new replica %s wrote %v times to a converged hub:\n%s", p.Name, w, strings.Join(lines, "\n"))
+			}
 		}
 	})
 	t.Run("helm uninstall leaves the members untouched", func(t *testing.T) {
@@ -371,6 +361,85 @@ func daemonPods(t *testing.T, hub *testenv.Cluster) []corev1.Pod {
 		t.Fatal(err)
 	}
 	return list.Items
+}
+
+// clientLoop is a client in the hub sending requests to one URL, five at a
+// time every 50ms, counting what fails.
+type clientLoop struct {
+	stop   chan struct{}
+	done   chan clientTally
+	rounds atomic.Int64
+}
+
+type clientTally struct{ sent, failed int }
+
+func startClientLoop(clientIP, url string) *clientLoop {
+	l := &clientLoop{stop: make(chan struct{}), done: make(chan clientTally)}
+	go func() {
+		var n clientTally
+		for {
+			select {
+			case <-l.stop:
+				l.done <- n
+				return
+			default:
+			}
+			by, failed, err := answers(clientIP, url, 5)
+			if err != nil {
+				n.failed += 5
+				n.sent += 5
+			} else {
+				n.failed += failed
+				n.sent += failed
+				for _, c := range by {
+					n.sent += c
+				}
+			}
+			l.rounds.Add(1)
+			time.Sleep(50 * time.Millisecond) // the client's pace
+		}
+	}()
+	return l
+}
+
+// stopAfter lets the loop run rounds more rounds, then stops it and
+// returns its tally.
+func (l *clientLoop) stopAfter(t *testing.T, rounds int64) clientTally {
+	t.Helper()
+	after := l.rounds.Load() + rounds
+	eventually(t, time.Minute, func() error {
+		if n := l.rounds.Load(); n < after {
+			return fmt.Errorf("%d of %d more rounds of requests", rounds-(after-n), rounds)
+		}
+		return nil
+	})
+	close(l.stop)
+	return <-l.done
+}
+
+// ownedByPods checks that each member's fence Lease is held by one of the
+// running daemon pods (an identity is <hostname>_<uuid>).
+func ownedByPods(hub *testenv.Cluster, pods []corev1.Pod, members ...string) error {
+	running := map[string]bool{}
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running[p.Name] = true
+		}
+	}
+	for _, m := range members {
+		l, err := hub.Client.CoordinationV1().Leases(daemonNS).Get(context.Background(), shard.FenceName(m), metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("fence of %s: %w", m, err)
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder, _, _ = strings.Cut(*l.Spec.HolderIdentity, "_")
+		}
+		if !running[holder] {
+			return fmt.Errorf("the fence of %s is held by %q, not by a running daemon pod %v", m, holder, running)
+		}
+	}
+	return nil
 }
 
 // leaseHolderPod returns the pod holding the leader Lease (its identity is

@@ -28,6 +28,8 @@ type results struct {
 	Params    params        `json:"params"`
 	Floor     floorResults  `json:"floor"`
 	Daemon    daemonResults `json:"daemon"`
+	// Replicas are the sharded phase's figures, with -replicas.
+	Replicas replicaResults `json:"replicas,omitzero"`
 	Rows      []row         `json:"table"`
 	Notes     []string      `json:"notes"`
 }
@@ -258,6 +260,29 @@ func (r *results) finish(proxyRequests int64) {
 	r.Rows = append(r.Rows, row{"hub writes on restart (converged hub)",
 		fmt.Sprintf("%d (%d objects changed)", d.RestartWrites, d.RestartObjectsChanged), "0", "—", "0",
 		verdict(d.RestartWrites == 0 && d.RestartObjectsChanged == 0)})
+
+	if x := r.Replicas; x.Replicas > 0 {
+		k := fmt.Sprintf(", %d sharing replicas", x.Replicas)
+		rs, rv := ratio(x.ColdSeconds, f.ColdSeconds)
+		r.Rows = append(r.Rows, row{"cold convergence" + k, fmt.Sprintf("%.1f s", x.ColdSeconds), fmt.Sprintf("%.1f s", f.ColdSeconds), rs, "≤ 1.25× floor", verdict(rv >= 0 && rv <= 1.25)})
+		if len(x.RSSBytes) > 0 && d.Memory.RSSBytes > 0 {
+			most := slices.Max(x.RSSBytes)
+			r.Rows = append(r.Rows, row{"RSS of each replica" + k + ", of one replica's",
+				fmt.Sprintf("%s MiB (members %v)", mib(x.RSSBytes), x.OwnedMembers), fmt.Sprintf("%.0f MiB (one replica)", d.Memory.RSSBytes/(1<<20)),
+				fmt.Sprintf("%.0f%%", 100*most/d.Memory.RSSBytes), "≤ 45% each", verdict(x.Replicas < 3 || most <= 0.45*d.Memory.RSSBytes)})
+		}
+		if x.Replicas >= 2 {
+			r.Rows = append(r.Rows, row{"hub writes, converged graceful handover" + k,
+				fmt.Sprintf("%d (%d objects changed)", x.HandoverWrites, x.HandoverObjectsChanged), "0", "—", "0",
+				verdict(x.HandoverWrites == 0 && x.HandoverObjectsChanged == 0)})
+			served := "never"
+			if x.ServedAgainSeconds >= 0 {
+				served = fmt.Sprintf("%.1f s (%d members)", x.ServedAgainSeconds, x.KilledMembers)
+			}
+			r.Rows = append(r.Rows, row{"a SIGKILLed replica's members served again", served, "—", "—",
+				fmt.Sprintf("≤ %.0f s (lease + 2 s)", x.LeaseSeconds+2), verdict(x.ServedAgainSeconds >= 0 && x.ServedAgainSeconds <= x.LeaseSeconds+2)})
+		}
+	}
 
 	n := float64(p.AggregatedEndpoints)
 	r.Rows = append(r.Rows, row{"daemon RSS per aggregated endpoint",

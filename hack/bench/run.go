@@ -110,6 +110,11 @@ func run(ctx context.Context, c *config) (_ *results, retErr error) {
 	if err := runDaemon(ctx, c, r, f, hub, tmp, ch); err != nil {
 		return nil, err
 	}
+	if c.replicas > 0 {
+		if err := runReplicas(ctx, c, r, f, hub, tmp, ch); err != nil {
+			return nil, err
+		}
+	}
 	r.finish(proxy.requests.Load())
 	return r, nil
 }

@@ -18,6 +18,8 @@ var (
 		"Members whose fence this replica holds and may write now (with --shard-members).", nil, nil)
 	unownedDesc = prometheus.NewDesc("endpoint_aggregator_member_unowned_seconds",
 		"On the leader: how long a registered member has had no live fence holder, so that nobody writes its hub objects. One series per such member.", []string{"cluster"}, nil)
+	replicaDesc = prometheus.NewDesc("endpoint_aggregator_replica_info",
+		"1, labelled with this replica's identity: the holderIdentity of the fence Leases it holds.", []string{"identity"}, nil)
 	leaseDurationDesc = prometheus.NewDesc("endpoint_aggregator_shard_lease_duration_seconds",
 		"The peer Lease duration: a crashed replica's members are taken over about this long after its last renewal.", nil, nil)
 )
@@ -47,6 +49,7 @@ func (c *Coordinator) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ownedDesc
 	ch <- unownedDesc
 	ch <- leaseDurationDesc
+	ch <- replicaDesc
 	c.metrics.handovers.Describe(ch)
 	c.metrics.duration.Describe(ch)
 }
@@ -72,6 +75,7 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(unownedDesc, prometheus.GaugeValue, d.Seconds(), cluster)
 	}
 	ch <- prometheus.MustNewConstMetric(leaseDurationDesc, prometheus.GaugeValue, c.opts.LeaseDuration.Seconds())
+	ch <- prometheus.MustNewConstMetric(replicaDesc, prometheus.GaugeValue, 1, c.opts.Identity)
 	c.metrics.handovers.Collect(ch)
 	c.metrics.duration.Collect(ch)
 }

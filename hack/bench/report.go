@@ -30,8 +30,8 @@ type results struct {
 	Daemon    daemonResults `json:"daemon"`
 	// Replicas are the sharded phase's figures, with -replicas.
 	Replicas replicaResults `json:"replicas,omitzero"`
-	Rows      []row         `json:"table"`
-	Notes     []string      `json:"notes"`
+	Rows     []row          `json:"table"`
+	Notes    []string       `json:"notes"`
 }
 
 type params struct {

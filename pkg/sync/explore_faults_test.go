@@ -31,8 +31,8 @@ const (
 	exploreSweepWait = "merge waited for a sweep"
 )
 
-var faultClasses = []string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep,
-	faultHandover, faultOverlap, faultRestart, faultInterleave, exploreRealQueue, exploreSweepWait}
+var faultClasses = append([]string{faultUnreachable, faultNotConnected, faultRotation, faultWatchBreak, faultReorder, faultStatus409, faultPolicyStep,
+	faultHandover, faultOverlap, faultRestart, faultInterleave, exploreRealQueue, exploreSweepWait}, shardClasses...)
 
 // simClock is the explorer's clock for the unreachable policy: the world's
 // virtual time, with timers the world fires as steps.
@@ -341,11 +341,17 @@ func (m *simMember) relist() {
 	}
 }
 
-// statusConflict is the fate of one ServiceExport status write while faults
-// are on: now and then the member answers 409, as when the export changed
-// since the cache saw it.
-func (w *world) statusConflict() error {
+// statusConflict is the fate of one ServiceExport status write to cluster
+// while faults are on: now and then the member answers 409, as when the
+// export changed since the cache saw it. A sharded seed's oracle sees it
+// first.
+func (w *world) statusConflict(cluster string) error {
 	w.yield() // a call to the member
+	if w.shard != nil {
+		if err := w.auditStatus(cluster); err != nil {
+			return err
+		}
+	}
 	if !w.faults || w.rng.Intn(6) > 0 {
 		return nil
 	}

@@ -29,20 +29,29 @@ type replica struct {
 	hubListed bool
 	started   bool
 	// stale: it lost the lead but has not noticed yet, and still syncs.
-	stale   bool
+	stale bool
+	// crashed: it stopped at once; its calls fail (sharded seeds).
+	crashed bool
 	workers []*simWorker
 }
 
 // newReplica starts a replica: its controller, queue and member handlers.
 // It joins a run that may be under way: the members it finds synced are
-// synced for it, as its registry would report.
+// synced for it, as its registry would report. In a sharded seed its
+// registry and Sharding follow the sim fences.
 func (w *world) newReplica() (*replica, error) {
 	w.replicas++
-	ctrl, err := New(w.hub, w.hubMCS, w.members, w.opts)
+	r := &replica{name: fmt.Sprintf("r%d", w.replicas), hubEvents: map[string][]hubEvent{}, broken: map[string]bool{}}
+	var members Members = w.members
+	opts := w.opts
+	if w.shard != nil {
+		members, opts.Sharding = shardMembers{w: w, r: r}, simSharding{w: w, r: r}
+	}
+	ctrl, err := New(w.hub, w.hubMCS, members, opts)
 	if err != nil {
 		return nil, err
 	}
-	r := &replica{name: fmt.Sprintf("r%d", w.replicas), ctrl: ctrl, hubEvents: map[string][]hubEvent{}, broken: map[string]bool{}}
+	r.ctrl = ctrl
 	r.queue = newSimQueue(w.rng, func() time.Time { return w.now })
 	if w.rng.Intn(2) == 0 {
 		// Half the replicas hand keys out as the daemon does: live before
@@ -128,6 +137,9 @@ func (w *world) replicaSteps() []step {
 			out = append(out, w.workerSteps(r)...)
 			out = append(out, step{r.name + ": notices it lost the lead and exits", func() { w.exit(r) }})
 		}
+		if w.shard != nil {
+			out = append(out, w.shardWorkerSteps(r)...)
+		}
 	}
 	if w.handovers > 0 && w.started {
 		for _, r := range w.others {
@@ -178,13 +190,20 @@ func (w *world) exit(r *replica) {
 	w.retire(r)
 }
 
-// retire stops a replica: its member handlers go, its timers stop.
+// retire stops a replica: its member handlers go, its timers and idle
+// workers stop.
 func (w *world) retire(r *replica) {
 	r.ctrl.policy.stopAll()
 	r.queue.ShutDown()
 	for _, m := range w.allMembers() {
 		m.handlers = slices.DeleteFunc(m.handlers, func(rh replicaHandlers) bool { return rh.ctrl == r.ctrl })
 	}
+	for _, sw := range r.workers {
+		if !sw.parked {
+			close(sw.resume)
+		}
+	}
+	r.workers = nil
 }
 
 // expireWrites expires every replica's unechoed writes due by now.

@@ -41,15 +41,17 @@ var (
 // relisted), write failures (409, 500, timeouts applied or not), startup
 // with a stale hub, foreign objects, hub objects edited by someone else and
 // member changes at any time; member faults (explore_faults_test.go) and
-// handovers between replicas (explore_replicas_test.go). At every step, a
-// member registered but not connected keeps its exports in the hub until
+// handovers between replicas (explore_replicas_test.go); in a third of the
+// seeds, replicas that share the members (explore_shard_test.go), whose
+// every write an oracle holds to the replica that owned it. At every step,
+// a member registered but not connected keeps its exports in the hub until
 // its withdraw period passes. At quiescence, for every seed:
 //   - the hub holds exactly what package endpoints computes from the members'
 //     final state (computed here, not by the controller);
 //   - every member ServiceExport carries the conditions package endpoints
 //     computes from that export and the expected import;
 //   - no foreign object was touched;
-//   - one more full resync writes nothing.
+//   - one more full resync (of every replica, when sharded) writes nothing.
 func TestExploreOrders(t *testing.T) {
 	if *exploreSeed >= 0 {
 		tally, err := explore(*exploreSeed, t.Logf)
@@ -79,7 +81,7 @@ func TestExploreOrders(t *testing.T) {
 	}
 	t.Logf("fault classes and paths taken across %d seeds:", *exploreSeeds)
 	for _, class := range faultClasses {
-		t.Logf("  %-46s %d", class, total[class])
+		t.Logf("  %-58s %d", class, total[class])
 		if total[class] == 0 {
 			t.Errorf("fault class %q never fired across %d seeds", class, *exploreSeeds)
 		}
@@ -97,8 +99,10 @@ var (
 	simServices   = []string{"db", "cart", "web"}
 )
 
-// world is one seed's run. Its replica is the one that leads; others
-// holds the replicas that stand by, or still write after losing the lead.
+// world is one seed's run. Its replica is the one that leads (sharded:
+// the first running; the sim fences say who merges); others holds the
+// replicas that stand by, still write after losing the lead, or share the
+// members.
 type world struct {
 	// replica is the replica the steps act on: the leader, or another
 	// for a moment (as).
@@ -135,6 +139,8 @@ type world struct {
 	disconnected map[string]*simMember
 	keptRecords  map[string][]string
 	keptSince    map[string]time.Time
+	// shard is the sim fence model of a sharded seed; nil otherwise.
+	shard *simShard
 }
 
 type step struct {
@@ -181,10 +187,16 @@ func explore(seed int64, logf func(string, ...interface{})) (map[string]int, err
 	// One more full resync, without faults: it must write nothing.
 	before := w.srv.changes
 	w.log("full resync")
-	for _, name := range w.order {
-		w.ctrl.ClusterSynced(name)
+	resync := []*replica{w.replica}
+	if w.shard != nil {
+		resync = w.replicaList()
 	}
-	w.ctrl.enqueueHubObjects(labels.Everything())
+	for _, r := range resync {
+		for _, name := range w.order {
+			r.ctrl.ClusterSynced(name)
+		}
+		r.ctrl.enqueueHubObjects(labels.Everything())
+	}
 	if err := w.run(20000); err != nil {
 		return w.tally, err
 	}
@@ -202,7 +214,10 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		faults: rng.Intn(4) > 0, breaks: rng.Intn(3), foreign: map[string]string{},
 		tally: map[string]int{}, disconnected: map[string]*simMember{}, keptRecords: map[string][]string{}, keptSince: map[string]time.Time{},
 	}
-	if rng.Intn(2) == 0 {
+	switch rng.Intn(6) {
+	case 0, 1:
+		w.shard = newSimShard(1 + rng.Intn(5))
+	case 2, 3:
 		w.handovers = 1 + rng.Intn(3)
 	}
 	w.clock = &simClock{w: w}
@@ -210,6 +225,10 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 	w.hubMCS = mcsfake.NewSimpleClientset()
 	w.hub.PrependReactor("*", "*", w.srv.react)
 	w.hubMCS.PrependReactor("*", "*", w.srv.react)
+	if w.shard != nil {
+		w.hub.PrependReactor("*", "*", w.audit)
+		w.hubMCS.PrependReactor("*", "*", w.audit)
+	}
 	w.srv.watch = func(ev hubEvent) {
 		for _, r := range w.replicaList() {
 			if !r.broken[ev.resource] {
@@ -235,7 +254,7 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		case 1:
 			m.listAt = simEpoch.Add(simSyncTimeout + time.Duration(rng.Intn(int(simSyncTimeout))))
 		}
-		m.statusFault = w.statusConflict
+		m.statusFault = func() error { return w.statusConflict(m.name) }
 		w.members.members[name] = m
 		w.order = append(w.order, name)
 	}
@@ -260,6 +279,11 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 			return nil, err
 		}
 		w.others = append(w.others, standby)
+	}
+	if w.shard != nil {
+		if err := w.newShardWorld(); err != nil {
+			return nil, err
+		}
 	}
 
 	// The hub: its namespaces, perhaps what an earlier run left (for the
@@ -440,6 +464,9 @@ func (w *world) unregister(name string) {
 	delete(w.members.members, name)
 	w.order = slices.DeleteFunc(w.order, func(n string) bool { return n == name })
 	w.eachCtrl(func(c *Controller) { c.ClusterRemoved(name) })
+	if w.shard != nil {
+		w.shardUnregistered(name)
+	}
 }
 
 // dropForeign deletes one foreign object: the name it held is free for the
@@ -592,6 +619,9 @@ func (w *world) run(limit int) error {
 		if err := w.checkKept(); err != nil {
 			return err
 		}
+		if w.shard != nil && w.shard.err != nil {
+			return w.shard.err
+		}
 		// A sync that changed nothing (a key parked on a name conflict,
 		// retried now and then) is no progress.
 		if !clock && (!sync || w.srv.changes != changes) {
@@ -647,6 +677,9 @@ func (w *world) quiescent() error {
 			return fmt.Errorf("quiescent with member %s not caught up", name)
 		}
 	}
+	if w.shard != nil {
+		return w.shardQuiescent()
+	}
 	return nil
 }
 
@@ -674,6 +707,9 @@ func (w *world) enabled() []step {
 	}
 	out = append(out, w.memberRecoveries()...)
 	out = append(out, w.replicaSteps()...)
+	if w.shard != nil {
+		out = append(out, w.shardSteps()...)
+	}
 	if w.started {
 		out = append(out, w.memberFaults()...)
 	}

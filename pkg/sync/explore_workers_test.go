@@ -22,6 +22,9 @@ type simWorker struct {
 	back   chan bool // true: parked before a call; false: its sync is done
 	parked bool
 	key    Key // the key of its sync, once it took one
+	// grant is what its replica owned when its sync started (sharded
+	// seeds), for the oracle.
+	grant simGrant
 }
 
 // newWorkers starts n workers for r and parks its controller's API calls.
@@ -63,6 +66,9 @@ func (w *world) yield() {
 // sync.
 func (w *world) runWorker(sw *simWorker) {
 	starting := !sw.parked
+	if starting && w.shard != nil {
+		sw.grant = w.grant(sw.r)
+	}
 	w.current = sw
 	sw.resume <- struct{}{}
 	sw.parked = <-sw.back

@@ -48,11 +48,17 @@ func (c *Controller) owns(key Key, st lifecycle.State) (bool, time.Time) {
 func (c *Controller) fenced(ctx context.Context, key Key, st lifecycle.State, out *outcome) (context.Context, context.CancelFunc, bool) {
 	ok, until := c.owns(key, st)
 	if !ok {
-		out.waitFor(waitOwned(key.Cluster), func() bool {
+		holds := func() bool {
 			now, _ := c.members.Lookup(key.Cluster)
 			ok, _ := c.owns(key, now)
 			return ok
-		})
+		}
+		out.waitFor(waitOwned(key.Cluster), holds)
+		if !key.IsClusterSet() && !st.Registered() {
+			// The merging replica withdraws it: this replica starting to
+			// merge wakes it too.
+			out.waitFor(waitOwned(""), holds)
+		}
 		return ctx, func() {}, false
 	}
 	if until.IsZero() {

@@ -310,106 +310,78 @@ func dashboardQueries(t *testing.T) []panelQuery {
 	return out
 }
 
-// denyHubSlicesOf makes the hub's API server refuse EndpointSlices of the
-// MCS service name (a ValidatingAdmissionPolicy, as an operator's policy
-// would), and waits until it does.
 // denyFenceOf installs an admission policy that refuses every write of a
 // member's fence Lease, as a mistaken policy or quota would: no replica can
 // take the member.
 func denyFenceOf(t *testing.T, e *env, cluster string) {
 	t.Helper()
-	ctx := context.Background()
-	name := "deny-fence-" + cluster
-	policies := e.hub.Client.AdmissionregistrationV1()
-	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"},
-						},
-					},
-				}},
-			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf(`object.metadata.name != %q`, shard.FenceName(cluster)),
-				Message:    "the test's admission policy refuses this fence",
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	probe := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: daemonNamespace, Name: shard.FenceName(cluster)}}
-	eventually(t, waitTimeout, func() error {
-		_, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
-			return fmt.Errorf("the hub still admits the fence of %s", cluster)
-		}
-		if !strings.Contains(err.Error(), "refuses this fence") {
-			return fmt.Errorf("dry-run create: %v", err)
-		}
-		return nil
-	})
+	denyWrites(t, e, "deny-fence-"+cluster,
+		admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}},
+		fmt.Sprintf(`object.metadata.name != %q`, shard.FenceName(cluster)), "the test's admission policy refuses this fence",
+		func(ctx context.Context) error {
+			_, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		})
 }
 
+// denyHubSlicesOf makes the hub's API server refuse EndpointSlices of the
+// MCS service name (a ValidatingAdmissionPolicy, as an operator's policy
+// would), and waits until it does.
 func denyHubSlicesOf(t *testing.T, e *env, service string) {
 	t.Helper()
-	ctx := context.Background()
-	name := "deny-" + service
-	policies := e.hub.Client.AdmissionregistrationV1()
-	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-						Rule: admissionregistrationv1.Rule{
-							APIGroups: []string{"discovery.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"endpointslices"},
-						},
-					},
-				}},
-			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf(`!has(object.metadata.labels) || object.metadata.labels[?'multicluster.kubernetes.io/service-name'].orValue('') != %q`, service),
-				Message:    "the test's admission policy refuses these slices",
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The policy takes effect once the API server's admission caches have it:
-	// wait until a dry-run create is refused.
 	probe := endpointSlice(service, "policy-probe", 1, 1, true)
 	probe.Namespace = appNamespace
 	probe.Labels = map[string]string{"multicluster.kubernetes.io/service-name": service}
+	denyWrites(t, e, "deny-"+service,
+		admissionregistrationv1.Rule{APIGroups: []string{"discovery.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"endpointslices"}},
+		fmt.Sprintf(`!has(object.metadata.labels) || object.metadata.labels[?'multicluster.kubernetes.io/service-name'].orValue('') != %q`, service),
+		"the test's admission policy refuses these slices",
+		func(ctx context.Context) error {
+			_, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		})
+}
+
+// denyWrites installs a ValidatingAdmissionPolicy, with its binding, that
+// refuses creates and updates of rule's resources for which expression is
+// false, saying message, and waits until the API server applies it: until
+// the dry-run write probe is refused with message.
+func denyWrites(t *testing.T, e *env, name string, rule admissionregistrationv1.Rule, expression, message string, probe func(context.Context) error) {
+	t.Helper()
+	ctx := context.Background()
+	policies := e.hub.Client.AdmissionregistrationV1()
+	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+						Rule:       rule,
+					},
+				}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression, Message: message}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, waitTimeout, func() error {
-		_, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		err := probe(ctx)
 		if err == nil {
-			return fmt.Errorf("the hub still admits slices of %s", service)
+			return fmt.Errorf("the hub still admits what policy %s refuses", name)
 		}
-		if !strings.Contains(err.Error(), "refuses these slices") {
+		if !strings.Contains(err.Error(), message) {
 			return fmt.Errorf("dry-run create: %v", err)
 		}
 		return nil

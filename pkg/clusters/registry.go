@@ -370,18 +370,24 @@ func (m *member) shutdown() {
 // registered really is gone.
 func (r *Registry) SecretsSynced() bool { return r.initialized.Load() }
 
-// Ready reports whether Secrets synced and every member synced or timed out.
+// Ready reports whether Secrets synced and every member wanted here synced
+// or timed out.
 func (r *Registry) Ready() bool {
 	if !r.SecretsSynced() || r.queue.Len() > 0 {
 		return false
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	for _, m := range r.members {
-		// A member without a connection holds nothing back: it waits for
-		// its registration to be fixed, not for a sync.
-		if m.active != nil && !m.active.HasSynced() && !m.timedOut {
-			return false
+	for name, m := range r.members {
+		switch {
+		case m.active != nil:
+			if !m.active.HasSynced() && !m.timedOut {
+				return false
+			}
+		case m.unconnected != "":
+			// It waits for its registration to be fixed, not for a sync.
+		case r.wanted(name):
+			return false // wanted here since, and not connected yet
 		}
 	}
 	return true

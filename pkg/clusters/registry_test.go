@@ -383,11 +383,19 @@ func TestRegistryConnectsOnlyWantedMembers(t *testing.T) {
 	if r.Warm("east") {
 		t.Error("a member without a connection here is warm")
 	}
+	waitUntil(t, r.Ready) // a member owned elsewhere holds nothing back
 	wanted.Store(true)
+	// Wanted here, not connected yet (Reconsider not called): not ready.
+	if r.Ready() {
+		t.Error("ready while east is wanted here and has no connection yet")
+	}
 	r.Reconsider("east")
 	waitUntil(t, func() bool { st, _ := r.Lookup("east"); return st.Phase == lifecycle.Synced && st.Owned })
 	if !r.Warm("east") {
 		t.Error("a synced member is not warm")
+	}
+	if !r.Ready() {
+		t.Error("not ready with east wanted here and synced")
 	}
 	wanted.Store(false)
 	r.Reconsider("east")

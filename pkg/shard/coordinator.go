@@ -17,9 +17,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
+
+// fenceWriters is how many fence writes a replica has in flight at once.
+const fenceWriters = 16
 
 // Members is the registry's side of the members.
 type Members interface {
@@ -55,6 +59,9 @@ type Options struct {
 	Leading func() bool
 	// Bound is the load bound of Assign; zero: DefaultBound.
 	Bound float64
+	// SettleTimeout bounds how long Settled waits, from the first
+	// reconcile, for every member to be assigned to a live replica.
+	SettleTimeout time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -96,6 +103,13 @@ type Coordinator struct {
 	assignedAt   map[string]time.Time
 	unownedSince map[string]time.Time
 	metrics      metrics
+	// dead holds, for one reconcile, what deadAtSource found of each
+	// holder: the fences of a dead replica cost one read, not one each.
+	dead map[string]bool
+	// firstReconcile is when the first reconcile ended; assigned whether
+	// every registered member then had a live assignee.
+	firstReconcile time.Time
+	assigned       bool
 }
 
 // wroteFence is a fence as this replica wrote it, and the resourceVersion
@@ -260,6 +274,20 @@ func (c *Coordinator) Deadline() time.Time {
 // HasSynced reports whether the Lease cache has synced.
 func (c *Coordinator) HasSynced() bool { return c.informer.HasSynced() }
 
+// Settled reports whether this replica knows its share: a reconcile found
+// every registered member assigned to a live replica, and asked the
+// registry to connect those assigned here; or SettleTimeout passed since
+// the first reconcile (a member whose fence cannot be written must not
+// keep every replica unready).
+func (c *Coordinator) Settled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.firstReconcile.IsZero() {
+		return false
+	}
+	return c.assigned || c.opts.Now().Sub(c.firstReconcile) >= c.opts.SettleTimeout
+}
+
 // Run renews the peer Lease and reconciles fences until ctx ends. It does
 // not free what it holds: Drain does, before.
 func (c *Coordinator) Run(ctx context.Context) {
@@ -345,9 +373,13 @@ func (c *Coordinator) Drain(ctx context.Context) {
 	}
 }
 
-// renewBudget is how long after sending its last successful renewal a
-// replica may write (see the leader election's renewBudget).
-func renewBudget(leaseDuration, renewDeadline time.Duration) time.Duration {
+// RenewBudget is how long after sending its last successful renewal of a
+// Lease a replica may still write: the renew deadline, cut by as much as
+// peers lose when the lease duration is written in whole seconds, so that
+// the margin LeaseDuration - RenewDeadline stays. A lease under a second
+// is written as 0 seconds, and no budget protects anything: then the renew
+// deadline.
+func RenewBudget(leaseDuration, renewDeadline time.Duration) time.Duration {
 	budget := renewDeadline - (leaseDuration - leaseDuration.Truncate(time.Second))
 	if budget <= 0 {
 		return renewDeadline
@@ -391,7 +423,7 @@ func (c *Coordinator) renew(ctx context.Context) {
 	if lapsed {
 		c.epoch++
 	}
-	if d := sent.Add(renewBudget(c.opts.LeaseDuration, c.opts.RenewDeadline)); d.After(c.deadline) {
+	if d := sent.Add(RenewBudget(c.opts.LeaseDuration, c.opts.RenewDeadline)); d.After(c.deadline) {
 		c.deadline = d
 	}
 	c.peerLease = l
@@ -443,6 +475,9 @@ func (c *Coordinator) peerLeaseFor(l *coordinationv1.Lease, name string, drainin
 
 // reconcile decides about every fence once, and on the leader assigns.
 func (c *Coordinator) reconcile(ctx context.Context) {
+	c.mu.Lock()
+	c.dead = map[string]bool{}
+	c.mu.Unlock()
 	names := c.members.Names()
 	registered := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -480,7 +515,11 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 		clusters[n] = true
 	}
 	c.mu.Unlock()
-	var changed []string
+	type step struct {
+		act action
+		f   fence
+	}
+	steps := make([]step, 0, len(clusters))
 	for cluster := range clusters {
 		f, ok := fences[cluster]
 		if !ok {
@@ -504,7 +543,21 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 		if act == none && !ok && held && !releasing {
 			act = forget // the fence was deleted
 		}
-		c.do(ctx, act, f)
+		steps = append(steps, step{act, f})
+	}
+	// The fences' writes are independent, each conditional on the fence
+	// as read: they go in parallel, so that taking over a dead replica's
+	// hundreds of members is not hundreds of round trips in a row. Whether
+	// a holder is dead is read once per holder, first.
+	for _, st := range steps {
+		if st.act == acquire && st.f.holder != "" {
+			c.deadAtSource(ctx, st.f.holder)
+		}
+	}
+	workqueue.ParallelizeUntil(ctx, fenceWriters, len(steps), func(i int) { c.do(ctx, steps[i].act, steps[i].f) })
+	var changed []string
+	for _, st := range steps {
+		cluster, f := st.f.cluster, st.f
 		want := registered[cluster] && (f.assignedTo == c.opts.Identity || f.holder == c.opts.Identity)
 		c.mu.Lock()
 		if _, h := c.held[cluster]; h {
@@ -530,6 +583,20 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 	for _, cluster := range changed {
 		c.members.Reconsider(cluster)
 	}
+	assigned := true
+	for n := range registered {
+		f, ok := fences[n]
+		if !ok || f.assignedTo == "" || (f.assignedTo != c.opts.Identity && !c.alive(f.assignedTo)) {
+			assigned = false
+			break
+		}
+	}
+	c.mu.Lock()
+	if c.firstReconcile.IsZero() {
+		c.firstReconcile = c.opts.Now()
+	}
+	c.assigned = assigned
+	c.mu.Unlock()
 }
 
 // note keeps the times the metrics report: since when a member is assigned
@@ -649,15 +716,26 @@ func (c *Coordinator) take(ctx context.Context, f fence, msg string, kv ...inter
 // holder is dead when its Lease is gone or holds what was seen a lease
 // duration ago.
 func (c *Coordinator) deadAtSource(ctx context.Context, holder string) bool {
+	c.mu.Lock()
+	dead, ok := c.dead[holder]
+	c.mu.Unlock()
+	if ok {
+		return dead
+	}
 	l, err := c.hub.CoordinationV1().Leases(c.opts.Namespace).Get(ctx, PeerName(holder), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return true
+		dead = true
 	case err != nil:
-		return false
+		return false // asked again next time
+	default:
+		c.peers.observe(l)
+		dead = !c.peers.alive(holder)
 	}
-	c.peers.observe(l)
-	return !c.peers.alive(holder)
+	c.mu.Lock()
+	c.dead[holder] = dead
+	c.mu.Unlock()
+	return dead
 }
 
 // free waits for the member's syncs in flight, then frees its fence.
@@ -731,7 +809,8 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 	}
 	want := Assign(members, live, c.opts.Bound)
 	api := c.hub.CoordinationV1().Leases(c.opts.Namespace)
-	for _, n := range names {
+	workqueue.ParallelizeUntil(ctx, fenceWriters, len(names), func(i int) {
+		n := names[i]
 		f, ok := fences[n]
 		switch {
 		case !ok:
@@ -758,7 +837,7 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 				klog.InfoS("Assigned a member", "cluster", n, "to", want[n], "from", f.assignedTo)
 			}
 		}
-	}
+	})
 	registered := map[string]bool{}
 	for _, n := range names {
 		registered[n] = true

@@ -42,5 +42,15 @@
 // member, which writes nothing on a converged hub. A fence whose holder is
 // dead is taken at once. A replica that shuts down marks its peer Lease
 // draining; the leader assigns its members elsewhere, and it exits once it
-// handed them over, or when its shutdown timeout ends.
+// handed them over, or when its shutdown timeout ends. A fence's writes are
+// independent of another's: a replica sends them in parallel, and reads a
+// dead holder's peer Lease once for all its fences.
+//
+// # Readiness
+//
+// A replica is settled (and, once the members assigned to it synced or
+// timed out, ready) when every registered member is assigned to a live
+// replica; or, should that never happen (a fence that cannot be written),
+// one member sync timeout after its first reconcile. A replica need not be
+// ready to lead: the leader works from the hub's records.
 package shard

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 const testLease = "endpoint-aggregator"
@@ -268,7 +270,7 @@ func TestRenewBudgetKeepsTheMarginAgainstTheLeaseInWholeSeconds(t *testing.T) {
 		{4500 * time.Millisecond, 4 * time.Second, 3500 * time.Millisecond},
 		{900 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond},
 	} {
-		if got := renewBudget(c.lease, c.renew); got != c.want {
+		if got := shard.RenewBudget(c.lease, c.renew); got != c.want {
 			t.Errorf("renewBudget(%s, %s) = %s, want %s", c.lease, c.renew, got, c.want)
 		}
 	}

@@ -185,6 +185,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 			RenewDeadline: o.RenewDeadline,
 			RetryPeriod:   o.RetryPeriod,
 			Leading:       func() bool { ok, _ := d.merging(); return ok },
+			SettleTimeout: o.MemberSyncTimeout,
 		})
 		members.coord = d.Coordinator
 		reg.MustRegister(d.Coordinator)
@@ -214,9 +215,10 @@ func (o *Options) clusterProfiles(hubConfig *rest.Config) (clusters.ClusterProfi
 	}, nil
 }
 
-// Ready reports whether hub caches synced and every member synced or timed out.
+// Ready reports whether hub caches synced and every member synced or timed
+// out; with sharding, every member this replica was assigned.
 func (d *Daemon) Ready() bool {
-	return d.Controller.HubSynced() && d.Registry.Ready() && (d.Coordinator == nil || d.Coordinator.HasSynced())
+	return d.Controller.HubSynced() && d.Registry.Ready() && (d.Coordinator == nil || d.Coordinator.Settled())
 }
 
 // Run runs the daemon until ctx ends. Stopping leaves the hub as it is: only

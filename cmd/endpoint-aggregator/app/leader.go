@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 // errLostLeadership ends the daemon: a replica that lost its lease exits, as
@@ -100,7 +102,7 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 	}
 	klog.InfoS("Became leader; starting workers", "identity", identity)
 	workers, stopWorkers := context.WithCancel(lctx)
-	go lock.stopAtDeadline(workers, renewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline), stopWorkers)
+	go lock.stopAtDeadline(workers, shard.RenewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline), stopWorkers)
 	d.leaderLock.Store(lock)
 	err = d.lead(workers)
 	d.leaderLock.Store(nil)
@@ -116,20 +118,6 @@ func (d *Daemon) runLeading(ctx context.Context, hub kubernetes.Interface, recor
 		return errLostLeadership
 	}
 	return nil
-}
-
-// renewBudget is how long after sending its last successful renewal the
-// leader may run workers. Standbys wait the leaseDurationSeconds of the
-// record, the lease duration cut to whole seconds, so the budget is cut by
-// as much, to keep the margin LeaseDuration - RenewDeadline.
-func renewBudget(leaseDuration, renewDeadline time.Duration) time.Duration {
-	budget := renewDeadline - (leaseDuration - leaseDuration.Truncate(time.Second))
-	if budget <= 0 {
-		// A lease under a second is written as 0 seconds: standbys take
-		// it at once and no budget protects anything.
-		return renewDeadline
-	}
-	return budget
 }
 
 // renewalClock is the leader's lock, noting when the last write of the
@@ -247,6 +235,11 @@ func release(lock resourcelock.Interface, timeout time.Duration) {
 func (d *Daemon) warm() func() bool {
 	var registered time.Time
 	return func() bool {
+		if d.Coordinator != nil {
+			// The leader merges and assigns, from hub records: it needs
+			// the hub's caches, not the members'.
+			return d.Controller.HubSynced() && d.Coordinator.HasSynced() && d.Registry.SecretsSynced()
+		}
 		if d.Ready() {
 			return true
 		}

@@ -9,6 +9,8 @@ import (
 	"k8s.io/klog/v2"
 
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 // runSharded runs a replica that shares the members with the others
@@ -89,7 +91,7 @@ func (d *Daemon) merging() (bool, time.Time) {
 	if !d.leading.Load() || lock == nil {
 		return false, time.Time{}
 	}
-	until := lock.lastRenewal().Add(renewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline))
+	until := lock.lastRenewal().Add(shard.RenewBudget(d.opts.LeaseDuration, d.opts.RenewDeadline))
 	return time.Now().Before(until), until
 }
 

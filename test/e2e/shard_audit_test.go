@@ -23,6 +23,10 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
+// leaderLeaseName is the leader Lease of the replica processes: the default
+// --leader-election-id.
+const leaderLeaseName = "endpoint-aggregator"
+
 // shardFlags run a replica process that shares the members, on short lease
 // timings.
 var shardFlags = []string{
@@ -36,15 +40,16 @@ var shardFlags = []string{
 }
 
 // TestShardedReplicasSurviveKillsPausesAndRescalesWithoutOverlappingWriters
-// runs replica processes that share four members while the members' slices
-// keep changing. One replica is SIGKILLed, one SIGSTOPped past its lease,
+// runs three replica processes that share six members while the members'
+// slices keep changing. One replica is SIGKILLed, one SIGSTOPped past its lease,
 // the set is scaled 3 → 1 → 3, and every replica is restarted in turn.
 // After each step the hub equals the members. Each replica reaches the hub
 // as its own user, and the hub API server's audit log is the oracle: no
 // write to a member's hub objects ever comes from a replica other than the
-// one its fence named when the write arrived.
+// one its fence named when the write arrived, and no write to the merged
+// objects from one other than the leader Lease's holder.
 func TestShardedReplicasSurviveKillsPausesAndRescalesWithoutOverlappingWriters(t *testing.T) {
-	names := []string{"east", "west", "north", "south"}
+	names := []string{"east", "west", "north", "south", "central", "edge"}
 	specs := []testenv.Spec{{Name: "hub", Options: testenv.Options{CRDs: true, Audit: true}}}
 	for _, n := range names {
 		specs = append(specs, testenv.Spec{Name: n, Options: testenv.Options{CRDs: true}})
@@ -153,10 +158,11 @@ func TestShardedReplicasSurviveKillsPausesAndRescalesWithoutOverlappingWriters(t
 	<-churned
 	converged("the churn stopped")
 
-	checked, handovers := checkNoOverlappingWriters(t, hub.AuditLogPath, names)
-	t.Logf("audit log: %d writes to member objects checked against %d fence holder changes", checked, handovers)
-	if checked == 0 || handovers < len(names)+3 {
-		t.Fatalf("audit log shows %d member object writes and %d fence holder changes: the oracle saw too little", checked, handovers)
+	w := checkNoOverlappingWriters(t, hub.AuditLogPath, names)
+	t.Logf("audit log: %d writes to member objects checked against %d fence holder changes, %d to merged objects against %d leader changes",
+		w.member, w.fenceChanges, w.merged, w.leaderChanges)
+	if w.member == 0 || w.fenceChanges < len(names)+3 || w.merged == 0 || w.leaderChanges < 3 {
+		t.Fatalf("audit log: %+v: the oracle saw too little", w)
 	}
 }
 
@@ -183,13 +189,20 @@ type auditEvent struct {
 	Done     metav1.MicroTime `json:"stageTimestamp"`
 }
 
+// writesChecked counts what checkNoOverlappingWriters checked: writes to
+// member and merged objects, and the holder changes of fences and of the
+// leader Lease.
+type writesChecked struct{ member, merged, fenceChanges, leaderChanges int }
+
 // checkNoOverlappingWriters reads the hub's audit log and fails the test
 // for any write to a member's hub objects (its per-cluster Service and
 // Endpoints, its MCS slices) by a replica that was not the holder of the
 // member's fence when the write arrived: the holder set by the last fence
-// write that completed before it. Identities are the API server's users,
-// tied to the replicas' identities by the peer Leases they wrote.
-func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (checked, holderChanges int) {
+// write that completed before it; and for any write to the merged objects
+// (the ServiceImport, the derived Service) by one that did not hold the
+// leader Lease then. Identities are the API server's users, tied to the
+// replicas' identities by the peer Leases they wrote.
+func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (w writesChecked) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -214,8 +227,11 @@ func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (ch
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Done.Before(&events[j].Done) })
 
 	identityOf := map[string]string{} // API server user → replica identity
-	owner := map[string]string{}      // hub object → its member
-	fences := map[string]string{}     // fence Lease → its member
+	owner := map[string]string{}      // hub object → its member, or merged
+	fences := map[string]string{}     // fence Lease → its member, or merged
+	const merged = "(merged)"         // not a member name
+	fences[leaderLeaseName] = merged
+	owner["serviceimports/cart"], owner["services/"+endpoints.DerivedServiceName(appNamespace, "cart")] = merged, merged
 	for _, c := range clusters {
 		fences[shard.FenceName(c)] = c
 		name, _ := endpoints.PerClusterName("cart", c)
@@ -244,7 +260,11 @@ func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (ch
 			}
 			h := history[c]
 			if len(h) == 0 || h[len(h)-1].holder != holder {
-				holderChanges++
+				if c == merged {
+					w.leaderChanges++
+				} else {
+					w.fenceChanges++
+				}
 			}
 			history[c] = append(h, change{ev.Done, holder})
 		}
@@ -258,7 +278,11 @@ func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (ch
 		if !isReplica {
 			continue // a test client
 		}
-		checked++
+		if c == merged {
+			w.merged++
+		} else {
+			w.member++
+		}
 		holder := ""
 		for _, ch := range history[c] {
 			if !ch.at.Before(&ev.Received) {
@@ -271,5 +295,5 @@ func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (ch
 				ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, c, ev.User.Username, writer, ev.Received.Format(time.RFC3339Nano), holder)
 		}
 	}
-	return checked, holderChanges
+	return w
 }

@@ -101,6 +101,35 @@ func Assign(members []Member, replicas []string, bound float64) map[string]strin
 	return out
 }
 
+// Weigh returns the members to Assign, each weighing what weight says, and
+// a member that weighs nothing yet (the hub holds none of its endpoints:
+// not synced once) the mean of the others, rounded up. Members' weights
+// appear one by one while the hub fills: were the unknown ones to weigh 1,
+// each arrival would reorder the placement and move members that are
+// being connected; weighed at the mean, a fleet of like members places the
+// same way throughout.
+func Weigh(names []string, weight func(string) int) []Member {
+	out := make([]Member, len(names))
+	known, sum := 0, 0
+	for i, n := range names {
+		out[i] = Member{Name: n, Weight: weight(n)}
+		if out[i].Weight > 0 {
+			known++
+			sum += out[i].Weight
+		}
+	}
+	if known == 0 || known == len(out) {
+		return out
+	}
+	mean := (sum + known - 1) / known
+	for i := range out {
+		if out[i].Weight <= 0 {
+			out[i].Weight = mean
+		}
+	}
+	return out
+}
+
 // quantize returns the weight class of w: the least power of two ≥ max(1, w),
 // capped at maxClass.
 func quantize(w int) uint64 {

@@ -344,3 +344,35 @@ func benchmarkAssign(b *testing.B, members, replicas int) {
 func BenchmarkAssign(b *testing.B) { benchmarkAssign(b, 1000, 3) }
 
 func BenchmarkAssign10000x10(b *testing.B) { benchmarkAssign(b, 10000, 10) }
+
+// TestWeighUnknownAtTheMean: while the hub fills, members' weights appear
+// one by one; a fleet of like members must place the same way throughout,
+// or a cold start moves members that are being connected.
+func TestWeighUnknownAtTheMean(t *testing.T) {
+	names := make([]string, 300)
+	for i := range names {
+		names[i] = fmt.Sprintf("m%03d", i)
+	}
+	replicas := []string{"a", "b", "c"}
+	known := map[string]bool{}
+	weight := func(n string) int {
+		if known[n] {
+			return 100
+		}
+		return 0
+	}
+	first := Assign(Weigh(names, weight), replicas, DefaultBound)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, i := range rng.Perm(len(names)) {
+		known[names[i]] = true
+		if got := Assign(Weigh(names, weight), replicas, DefaultBound); moved(first, got) != 0 {
+			t.Fatalf("with %d of %d weights known, %d members moved", len(known), len(names), moved(first, got))
+		}
+	}
+	// A member that weighs nothing among known ones weighs their mean,
+	// rounded up; one known weight is kept as it is.
+	ms := Weigh([]string{"x", "y", "z"}, func(n string) int { return map[string]int{"x": 3, "y": 4}[n] })
+	if ms[2].Weight != 4 || ms[0].Weight != 3 {
+		t.Errorf("Weigh = %v, want z at the rounded-up mean 4 and x kept at 3", ms)
+	}
+}

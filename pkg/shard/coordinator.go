@@ -300,14 +300,24 @@ func (c *Coordinator) Run(ctx context.Context) {
 	wg.Go(func() { c.renewLoop(ctx) })
 	t := time.NewTicker(c.opts.RetryPeriod)
 	defer t.Stop()
+	// Also reconcile the moment a peer would count dead: its members are
+	// reassigned and taken then, not up to a retry period later.
+	death := time.NewTimer(time.Hour)
+	defer death.Stop()
 	for {
 		c.reconcile(ctx)
+		if next, ok := c.peers.nextDeath(); ok {
+			death.Reset(next.Sub(c.opts.Now()) + 10*time.Millisecond)
+		} else {
+			death.Reset(time.Hour)
+		}
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return
 		case <-c.kick:
 		case <-t.C:
+		case <-death.C:
 		}
 	}
 }
@@ -803,11 +813,7 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 	if len(live) == 0 {
 		return // nobody to assign to: keep what is written
 	}
-	members := make([]Member, 0, len(names))
-	for _, n := range names {
-		members = append(members, Member{Name: n, Weight: c.syncer.Weight(n)})
-	}
-	want := Assign(members, live, c.opts.Bound)
+	want := Assign(Weigh(names, c.syncer.Weight), live, c.opts.Bound)
 	api := c.hub.CoordinationV1().Leases(c.opts.Namespace)
 	workqueue.ParallelizeUntil(ctx, fenceWriters, len(names), func(i int) {
 		n := names[i]

@@ -91,6 +91,9 @@ func TestPeersAliveByOwnClock(t *testing.T) {
 	now = now.Add(3 * time.Second)
 	renewed := lease("b", "2", now.Add(-time.Hour))
 	p.observe(renewed)
+	if next, ok := p.nextDeath(); !ok || !next.Equal(now.Add(4*time.Second)) {
+		t.Errorf("nextDeath = %v, %t; want a lease duration after b's renewal was seen, %v", next, ok, now.Add(4*time.Second))
+	}
 	now = now.Add(3 * time.Second)
 	if !p.alive("b") {
 		t.Error("a peer renewed 3s ago is dead")
@@ -106,6 +109,9 @@ func TestPeersAliveByOwnClock(t *testing.T) {
 	}
 	if got := p.live(); len(got) != 0 {
 		t.Errorf("live = %v, want none", got)
+	}
+	if next, ok := p.nextDeath(); ok {
+		t.Errorf("nextDeath = %v with every peer dead, want none", next)
 	}
 	d := lease("c", "1", now)
 	d.Annotations = map[string]string{AnnotationDraining: "true"}

@@ -89,6 +89,21 @@ func (p *peers) alive(id string) bool {
 	return p.now().Sub(since) < p.leaseDuration
 }
 
+// nextDeath is the earliest time at which a peer alive now would count
+// dead, if it is not renewed meanwhile.
+func (p *peers) nextDeath() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	var next time.Time
+	for _, r := range p.seen {
+		if at := r.observed.Add(p.leaseDuration); at.After(now) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
+}
+
 // live lists the replicas that are alive and not draining: those the
 // leader assigns members to.
 func (p *peers) live() []string {

@@ -26,8 +26,9 @@
 //
 // The leader (the replica holding the leader Lease) assigns each member to
 // a live replica by rendezvous hashing with bounded load (Assign), weighing
-// a member by the endpoints the hub holds of it, and writes the choice on
-// the member's fence. A replica joining or leaving moves only the members
+// a member by the endpoints the hub holds of it (one it holds none of yet
+// weighs the mean of the others, so that a hub filling up does not reorder
+// the placement), and writes the choice on the member's fence. A replica joining or leaving moves only the members
 // whose choice changed. The leader alone writes the merged objects, from
 // the hub's per-cluster records, and withdraws the objects of unregistered
 // members once nobody holds their fence.

@@ -3,11 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 // runCLICommand runs the root command with args in-process.
@@ -134,4 +139,54 @@ current-context: hub
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestHelpHidesKlogFlagsButAcceptsThem: --help lists -v of klog's flags
+// only; the others still parse.
+func TestHelpHidesKlogFlagsButAcceptsThem(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"status", "--help"}} {
+		out, _, err := runCLICommand(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		for _, hidden := range []string{"--log_file", "--skip_headers", "--logtostderr", "--vmodule"} {
+			if strings.Contains(out, hidden) {
+				t.Errorf("%v lists klog's %s:\n%s", args, hidden, out)
+			}
+		}
+		if !strings.Contains(out, "--v Level") {
+			t.Errorf("%v does not list -v:\n%s", args, out)
+		}
+	}
+	if out, _, err := runCLICommand(t, "version", "--logtostderr=true", "--skip_headers", "-v", "2"); err != nil || out == "" {
+		t.Errorf("version with klog flags: %q, %v", out, err)
+	}
+}
+
+// TestCLIPrintsEachAPIWarningOnce: the hub's Endpoints deprecation warning,
+// sent with every response, reaches the operator once per run.
+func TestCLIPrintsEachAPIWarningOnce(t *testing.T) {
+	const warning = "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("Warning", `299 - "`+warning+`"`)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"EndpointsList","apiVersion":"v1","items":[]}`))
+	}))
+	defer srv.Close()
+	var buf bytes.Buffer
+	old := cliWarnings
+	cliWarnings = &buf
+	defer func() { cliWarnings = old }()
+	c, err := newCLIClients("test", &rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.kube.CoreV1().Endpoints("shop").List(context.Background(), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(buf.String(), warning); n != 1 {
+		t.Errorf("the warning was printed %d times, want once:\n%s", n, buf.String())
+	}
 }

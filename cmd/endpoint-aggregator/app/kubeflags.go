@@ -3,6 +3,8 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -106,7 +108,13 @@ func (f *kubeFlags) clients(kubeContext string) (*cliClients, error) {
 	return newCLIClients(kubeContext, cfg)
 }
 
+// cliWarnings is where the operator commands print API server warnings,
+// each distinct one once per run: the hub warns on every core/v1 Endpoints
+// read since Kubernetes 1.33.
+var cliWarnings io.Writer = os.Stderr
+
 func newCLIClients(kubeContext string, cfg *rest.Config) (*cliClients, error) {
+	cfg.WarningHandler = rest.NewWarningWriter(cliWarnings, rest.WarningWriterOptions{Deduplicate: true})
 	c := &cliClients{context: kubeContext, config: cfg}
 	var err error
 	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {

@@ -23,6 +23,12 @@ func NewCommand() *cobra.Command {
 	fs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
 	klog.InitFlags(fs)
 	root.PersistentFlags().AddGoFlagSet(fs)
+	// klog's flags stay accepted but out of --help, all but -v.
+	fs.VisitAll(func(f *goflag.Flag) {
+		if f.Name != "v" {
+			_ = root.PersistentFlags().MarkHidden(f.Name)
+		}
+	})
 	root.AddCommand(newRunCommand(), newVersionCommand())
 	root.AddCommand(newRegisterCommand(), newUnregisterCommand(), newStatusCommand(), newExplainCommand(), newCleanupCommand())
 	return root

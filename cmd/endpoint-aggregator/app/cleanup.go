@@ -39,7 +39,7 @@ type cleanupOptions struct {
 func newCleanupCommand() *cobra.Command {
 	o := &cleanupOptions{kube: newKubeFlags(), Output: "table", LeaderElectionID: NewOptions().LeaderElectionID}
 	return newOperatorCommand(o, &cobra.Command{
-		Use:   "cleanup --hub-context H [--dry-run] [--force] [-o table|json|yaml]",
+		Use:   "cleanup [--hub-context H] [--dry-run] [--force] [-o table|json|yaml]",
 		Short: "Delete every hub object the daemon wrote (after helm uninstall)",
 		Long: `Delete every hub object the daemon wrote.
 
@@ -82,7 +82,7 @@ pre-delete hook (cleanup.onUninstall) runs cleanup that way.`,
 func (o *cleanupOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.kube.addFlags(fs)
-	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required, unless --in-cluster).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context, unless --in-cluster.")
 	fs.BoolVar(&o.InCluster, "in-cluster", o.InCluster, "Reach the hub with the pod's ServiceAccount instead of a kubeconfig (the chart's hook).")
 	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: "+strings.Join(statusOutputs, ", ")+".")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Print what would be deleted; delete nothing.")
@@ -97,8 +97,10 @@ func (o *cleanupOptions) validate() error {
 	switch {
 	case o.InCluster && (o.HubContext != "" || o.kube.Kubeconfig != ""):
 		errs = append(errs, errors.New("--in-cluster excludes --hub-context and --kubeconfig"))
-	case !o.InCluster && o.HubContext == "":
-		errs = append(errs, errors.New("--hub-context is required"))
+	case !o.InCluster:
+		if err := o.kube.defaultHubContext(&o.HubContext); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !slices.Contains(statusOutputs, o.Output) {
 		errs = append(errs, fmt.Errorf("--output %q: want one of %s", o.Output, strings.Join(statusOutputs, ", ")))
@@ -128,6 +130,9 @@ func (o *cleanupOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	if o.InCluster {
 		hub, err = o.inClusterClients()
 	} else {
+		if o.kube.hubDefaulted {
+			fmt.Fprintf(errOut, "hub: the kubeconfig's current context %q (--hub-context not given)\n", o.HubContext)
+		}
 		hub, err = o.kube.clients(o.HubContext)
 	}
 	if err != nil {

@@ -38,7 +38,7 @@ func TestOperatorCommandFlags(t *testing.T) {
 		args    []string
 		wantErr []string
 	}{
-		{"register needs both contexts", []string{"register"}, []string{"--member-context is required", "--hub-context is required"}},
+		{"register needs a member context", []string{"register"}, []string{"--member-context is required"}},
 		{"register name must be a DNS label", []string{"register", "--member-context", "east", "--hub-context", "hub", "--name", "East_1"}, []string{`cluster name "East_1" from --name is not a DNS-1123 label`}},
 		{"register default name from an unfit context", []string{"register", "--member-context", "arn:aws:eks:x", "--hub-context", "hub"}, []string{"from the member context's name (set --name)"}},
 		{"register member server", []string{"register", "--member-context", "east", "--hub-context", "hub", "--member-server", "east:6443"}, []string{"--member-server"}},
@@ -48,19 +48,16 @@ func TestOperatorCommandFlags(t *testing.T) {
 		{"request timeout", []string{"status", "--hub-context", "hub", "--request-timeout", "-1s"}, []string{"--request-timeout"}},
 		{"unknown context", []string{"register", "--member-context", "north", "--hub-context", "hub", "--dry-run"}, []string{`context "north" is not in the kubeconfig (it has east, hub)`}},
 		{"positional arguments", []string{"status", "--hub-context", "hub", "extra"}, []string{"unknown command"}},
-		{"unregister needs hub and name", []string{"unregister"}, []string{"--hub-context is required", "--name is required"}},
+		{"unregister needs a name", []string{"unregister"}, []string{"--name is required"}},
 		{"unregister name", []string{"unregister", "--hub-context", "hub", "--name", "a.b"}, []string{`--name "a.b" is not a DNS-1123 label`}},
 		{"unregister cleanup needs member", []string{"unregister", "--hub-context", "hub", "--name", "east", "--cleanup-member"}, []string{"--cleanup-member needs --member-context"}},
 		{"unregister member without cleanup", []string{"unregister", "--hub-context", "hub", "--name", "east", "--member-context", "east"}, []string{"--member-context is only used with --cleanup-member"}},
-		{"status needs hub", []string{"status"}, []string{"--hub-context is required"}},
 		{"status output", []string{"status", "--hub-context", "hub", "-o", "wide"}, []string{`--output "wide": want one of table, json, yaml`}},
 		{"explain needs a target", []string{"explain", "--hub-context", "hub"}, []string{"accepts 1 arg(s)"}},
 		{"explain target", []string{"explain", "shop", "--hub-context", "hub"}, []string{`argument "shop": want NAMESPACE/SERVICE`}},
 		{"explain target names", []string{"explain", "Shop/cart", "--hub-context", "hub"}, []string{`namespace "Shop"`}},
-		{"explain needs hub", []string{"explain", "shop/cart"}, []string{"--hub-context is required"}},
 		{"explain daemon flags", []string{"explain", "shop/cart", "--hub-context", "hub", "--export-mode", "some", "--per-cluster-services", "x"},
 			[]string{"--export-mode: unknown export mode", "--per-cluster-services: invalid per-cluster mode"}},
-		{"cleanup needs hub", []string{"cleanup"}, []string{"--hub-context is required"}},
 		{"cleanup in-cluster excludes a context", []string{"cleanup", "--in-cluster", "--hub-context", "hub"}, []string{"--in-cluster excludes --hub-context and --kubeconfig"}},
 		{"cleanup flags", []string{"cleanup", "--hub-context", "hub", "-o", "wide", "--wait", "-1s", "--leader-election-id", "Bad_ID"},
 			[]string{`--output "wide"`, "--wait must not be negative", `--leader-election-id "Bad_ID"`}},
@@ -188,5 +185,34 @@ func TestCLIPrintsEachAPIWarningOnce(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), warning); n != 1 {
 		t.Errorf("the warning was printed %d times, want once:\n%s", n, buf.String())
+	}
+}
+
+// TestHubContextDefaultsToTheCurrentContext: without --hub-context the
+// commands use the kubeconfig's current context, as kubectl does, and say
+// so clearly when there is none.
+func TestHubContextDefaultsToTheCurrentContext(t *testing.T) {
+	kubeconfig := writeTestKubeconfig(t) // current-context: hub
+	_, stderr, err := runCLICommand(t, "register", "--kubeconfig", kubeconfig, "--member-context", "east", "--dry-run", "--member-server", "https://east.example:6443")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "hub hub: would create namespace") {
+		t.Errorf("register --dry-run without --hub-context did not use the current context hub:\n%s", stderr)
+	}
+
+	raw, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(none, []byte(strings.Replace(string(raw), "current-context: hub", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"explain", "shop/cart"}, {"cleanup"}, {"unregister", "--name", "east"}, {"register", "--member-context", "east"}} {
+		_, _, err := runCLICommand(t, append(args, "--kubeconfig", none)...)
+		if err == nil || !strings.Contains(err.Error(), "--hub-context not given, and the kubeconfig has no current context") {
+			t.Errorf("%v with no current context: %v", args, err)
+		}
 	}
 }

@@ -68,7 +68,7 @@ func newExplainCommand() *cobra.Command {
 		ExportMode: d.ExportMode, ExcludeNamespaces: d.ExcludeNamespaces, PerClusterServices: d.PerClusterServices,
 		UnreachableGrace: d.UnreachableGrace, UnreachableWithdraw: d.UnreachableWithdraw, HubClusterName: d.HubClusterName}
 	cmd := &cobra.Command{
-		Use:   "explain NAMESPACE/SERVICE --hub-context H [-o table|json|yaml]",
+		Use:   "explain NAMESPACE/SERVICE [--hub-context H] [-o table|json|yaml]",
 		Short: "Explain why a member Service is, or is not, imported",
 		Long: `Explain why a member Service is, or is not, imported.
 
@@ -109,7 +109,7 @@ member, e.g.:
 	}
 	fs := cmd.Flags()
 	o.kube.addFlags(fs)
-	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context.")
 	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: "+strings.Join(statusOutputs, ", ")+".")
 	fs.BoolVar(&o.ReadMembers, "read-members", o.ReadMembers, "Read each member through its registration Secret (needs get on Secrets in the daemon's namespace).")
 	fs.StringVar(&o.ExportMode, "export-mode", o.ExportMode, "The daemon's --export-mode.")
@@ -146,7 +146,7 @@ func (o *explainOptions) parseTarget(arg string) error {
 }
 
 func (o *explainOptions) validate() error {
-	errs := append(o.kube.validate(), hubOutputErrors(o.HubContext, o.Output)...)
+	errs := append(o.kube.validate(), hubOutputErrors(o.kube, &o.HubContext, o.Output)...)
 	if _, err := easync.ParseExportMode(o.ExportMode); err != nil {
 		errs = append(errs, fmt.Errorf("--export-mode: %w", err))
 	}

@@ -29,6 +29,8 @@ type kubeFlags struct {
 	Kubeconfig     string
 	Namespace      string
 	RequestTimeout time.Duration
+	// hubDefaulted: the hub is the current context, --hub-context not given.
+	hubDefaulted bool
 }
 
 func newKubeFlags() *kubeFlags {
@@ -53,6 +55,25 @@ func (f *kubeFlags) validate() []error {
 		errs = append(errs, errors.New("--request-timeout must not be negative"))
 	}
 	return errs
+}
+
+// defaultHubContext sets *hubContext, when not given, to the kubeconfig's
+// current context, as kubectl chooses a cluster.
+func (f *kubeFlags) defaultHubContext(hubContext *string) error {
+	if *hubContext != "" {
+		return nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.Kubeconfig
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).RawConfig()
+	if err != nil {
+		return fmt.Errorf("--hub-context not given, and loading the kubeconfig for its current context: %w", err)
+	}
+	if raw.CurrentContext == "" {
+		return errors.New("--hub-context not given, and the kubeconfig has no current context")
+	}
+	*hubContext, f.hubDefaulted = raw.CurrentContext, true
+	return nil
 }
 
 // restConfig returns the client configuration of a context of the

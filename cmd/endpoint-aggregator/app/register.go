@@ -51,7 +51,7 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.kube.addFlags(fs)
 	fs.StringVar(&o.MemberContext, "member-context", o.MemberContext, "Kubeconfig context of the member cluster (required).")
-	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context.")
 	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member, a DNS-1123 label; also the registration Secret's name. Default: the member context's name.")
 	fs.StringVar(&o.MemberServer, "member-server", o.MemberServer, "URL at which the hub reaches the member's apiserver. Default: the server of the member context.")
 	fs.BoolVar(&o.ReadOnly, "read-only", o.ReadOnly, "Grant only get/list/watch in the member: no patch/update of serviceexports/status (the daemon then cannot write ServiceExport conditions).")
@@ -73,8 +73,8 @@ func (o *registerOptions) validate() error {
 	if o.MemberContext == "" {
 		errs = append(errs, errors.New("--member-context is required"))
 	}
-	if o.HubContext == "" {
-		errs = append(errs, errors.New("--hub-context is required"))
+	if err := o.kube.defaultHubContext(&o.HubContext); err != nil {
+		errs = append(errs, err)
 	}
 	if name := o.clusterName(); name != "" {
 		if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
@@ -102,7 +102,7 @@ func (o *registerOptions) validate() error {
 func newRegisterCommand() *cobra.Command {
 	o := newRegisterOptions()
 	return newOperatorCommand(o, &cobra.Command{
-		Use:   "register --member-context M --hub-context H [--name N]",
+		Use:   "register --member-context M [--hub-context H] [--name N]",
 		Short: "Register a member cluster with the hub",
 		Long: `Register a member cluster with the hub.
 

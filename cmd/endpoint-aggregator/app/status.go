@@ -30,20 +30,20 @@ type statusOptions struct {
 func (o *statusOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.kube.addFlags(fs)
-	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context.")
 	fs.StringVarP(&o.Output, "output", "o", o.Output, "Output format: "+strings.Join(statusOutputs, ", ")+".")
 }
 
 func (o *statusOptions) validate() error {
-	return errors.Join(append(o.kube.validate(), hubOutputErrors(o.HubContext, o.Output)...)...)
+	return errors.Join(append(o.kube.validate(), hubOutputErrors(o.kube, &o.HubContext, o.Output)...)...)
 }
 
 // hubOutputErrors checks the --hub-context and --output of a reading
 // command (status, explain).
-func hubOutputErrors(hubContext, output string) []error {
+func hubOutputErrors(kube *kubeFlags, hubContext *string, output string) []error {
 	var errs []error
-	if hubContext == "" {
-		errs = append(errs, errors.New("--hub-context is required"))
+	if err := kube.defaultHubContext(hubContext); err != nil {
+		errs = append(errs, err)
 	}
 	if !slices.Contains(statusOutputs, output) {
 		errs = append(errs, fmt.Errorf("--output %q: want one of %s", output, strings.Join(statusOutputs, ", ")))
@@ -54,7 +54,7 @@ func hubOutputErrors(hubContext, output string) []error {
 func newStatusCommand() *cobra.Command {
 	o := &statusOptions{kube: newKubeFlags(), Output: "table"}
 	return newOperatorCommand(o, &cobra.Command{
-		Use:   "status --hub-context H [-o table|json|yaml]",
+		Use:   "status [--hub-context H] [-o table|json|yaml]",
 		Short: "Show the registered members and what the hub holds of each",
 		Long: `Show the registered members and what the hub holds of each.
 

@@ -29,7 +29,7 @@ type unregisterOptions struct {
 func (o *unregisterOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	o.kube.addFlags(fs)
-	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster (required).")
+	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context.")
 	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member (required).")
 	fs.BoolVar(&o.CleanupMember, "cleanup-member", o.CleanupMember, "Also delete the member identity register created (needs --member-context).")
 	fs.StringVar(&o.MemberContext, "member-context", o.MemberContext, "Kubeconfig context of the member cluster, for --cleanup-member.")
@@ -37,8 +37,8 @@ func (o *unregisterOptions) addFlags(cmd *cobra.Command) {
 
 func (o *unregisterOptions) validate() error {
 	errs := o.kube.validate()
-	if o.HubContext == "" {
-		errs = append(errs, errors.New("--hub-context is required"))
+	if err := o.kube.defaultHubContext(&o.HubContext); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Name == "" {
 		errs = append(errs, errors.New("--name is required"))
@@ -57,7 +57,7 @@ func (o *unregisterOptions) validate() error {
 func newUnregisterCommand() *cobra.Command {
 	o := &unregisterOptions{kube: newKubeFlags()}
 	return newOperatorCommand(o, &cobra.Command{
-		Use:   "unregister --hub-context H --name N [--cleanup-member --member-context M]",
+		Use:   "unregister [--hub-context H] --name N [--cleanup-member --member-context M]",
 		Short: "Unregister a member cluster from the hub",
 		Long: `Unregister a member cluster from the hub.
 

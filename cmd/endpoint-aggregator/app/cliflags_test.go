@@ -46,7 +46,7 @@ func TestOperatorCommandFlags(t *testing.T) {
 		{"register token wait", []string{"register", "--member-context", "east", "--hub-context", "hub", "--token-wait", "-1s"}, []string{"--token-wait must not be negative"}},
 		{"namespace", []string{"register", "--member-context", "east", "--hub-context", "hub", "-n", "Bad"}, []string{`--namespace "Bad"`}},
 		{"request timeout", []string{"status", "--hub-context", "hub", "--request-timeout", "-1s"}, []string{"--request-timeout"}},
-		{"unknown context", []string{"register", "--member-context", "north", "--hub-context", "hub", "--dry-run"}, []string{`context "north" is not in the kubeconfig (it has east, hub)`}},
+		{"unknown context", []string{"register", "--member-context", "north", "--hub-context", "hub", "--dry-run"}, []string{`context "north" is not in the kubeconfig `, "(it has east, hub)"}},
 		{"positional arguments", []string{"status", "--hub-context", "hub", "extra"}, []string{"unknown command"}},
 		{"unregister needs a name", []string{"unregister"}, []string{"--name is required"}},
 		{"unregister name", []string{"unregister", "--hub-context", "hub", "--name", "a.b"}, []string{`--name "a.b" is not a DNS-1123 label`}},
@@ -214,5 +214,20 @@ func TestHubContextDefaultsToTheCurrentContext(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--hub-context not given, and the kubeconfig has no current context") {
 			t.Errorf("%v with no current context: %v", args, err)
 		}
+	}
+}
+
+// TestKubeconfigErrorsNameTheFile: a kubeconfig that is missing is named,
+// whether given with --kubeconfig or $KUBECONFIG.
+func TestKubeconfigErrorsNameTheFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	_, _, err := runCLICommand(t, "status", "--kubeconfig", missing, "--hub-context", "hub")
+	if err == nil || !strings.Contains(err.Error(), missing+", which does not exist") {
+		t.Errorf("--kubeconfig missing: %v; want it named", err)
+	}
+	t.Setenv("KUBECONFIG", missing)
+	_, _, err = runCLICommand(t, "status")
+	if err == nil || !strings.Contains(err.Error(), missing+", which does not exist") {
+		t.Errorf("$KUBECONFIG missing: %v; want it named", err)
 	}
 }

@@ -57,20 +57,42 @@ func (f *kubeFlags) validate() []error {
 	return errs
 }
 
+// loadingRules are kubectl's: --kubeconfig, else $KUBECONFIG, else
+// ~/.kube/config.
+func (f *kubeFlags) loadingRules() *clientcmd.ClientConfigLoadingRules {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.Kubeconfig
+	return rules
+}
+
+// kubeconfigFiles names the files the kubeconfig is read from, for errors;
+// it says so when none of them exists.
+func (f *kubeFlags) kubeconfigFiles() string {
+	rules := f.loadingRules()
+	files := rules.GetLoadingPrecedence()
+	if f.Kubeconfig != "" {
+		files = []string{f.Kubeconfig}
+	}
+	for _, p := range files {
+		if _, err := os.Stat(p); err == nil {
+			return strings.Join(files, ":")
+		}
+	}
+	return strings.Join(files, ":") + ", which does not exist"
+}
+
 // defaultHubContext sets *hubContext, when not given, to the kubeconfig's
 // current context, as kubectl chooses a cluster.
 func (f *kubeFlags) defaultHubContext(hubContext *string) error {
 	if *hubContext != "" {
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.Kubeconfig
-	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).RawConfig()
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.loadingRules(), &clientcmd.ConfigOverrides{}).RawConfig()
 	if err != nil {
-		return fmt.Errorf("--hub-context not given, and loading the kubeconfig for its current context: %w", err)
+		return fmt.Errorf("--hub-context not given, and loading the kubeconfig (%s) for its current context: %w", f.kubeconfigFiles(), err)
 	}
 	if raw.CurrentContext == "" {
-		return errors.New("--hub-context not given, and the kubeconfig has no current context")
+		return fmt.Errorf("--hub-context not given, and the kubeconfig has no current context (%s)", f.kubeconfigFiles())
 	}
 	*hubContext, f.hubDefaulted = raw.CurrentContext, true
 	return nil
@@ -83,12 +105,10 @@ func (f *kubeFlags) restConfig(kubeContext string) (*rest.Config, error) {
 	if kubeContext == "" {
 		return nil, errors.New("no context given")
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.Kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.loadingRules(), &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
 	raw, err := cc.RawConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading the kubeconfig (%s): %w", f.kubeconfigFiles(), err)
 	}
 	if _, ok := raw.Contexts[kubeContext]; !ok {
 		var names []string
@@ -100,7 +120,7 @@ func (f *kubeFlags) restConfig(kubeContext string) (*rest.Config, error) {
 		if len(names) > 0 {
 			have = "it has " + strings.Join(names, ", ")
 		}
-		return nil, fmt.Errorf("context %q is not in the kubeconfig (%s)", kubeContext, have)
+		return nil, fmt.Errorf("context %q is not in the kubeconfig %s (%s)", kubeContext, f.kubeconfigFiles(), have)
 	}
 	cfg, err := cc.ClientConfig()
 	if err != nil {

@@ -98,11 +98,38 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	}
 	now := time.Now()
 	rows := buildMemberStatuses(now, in)
-	if len(rows) == 0 && o.Output == "table" {
-		fmt.Fprintf(errOut, "No members registered in namespace %s of the hub.\n", o.kube.Namespace)
-		return nil
+	if len(rows) == 0 {
+		if err := noRegistrations(ctx, hub, o.kube.Namespace); err != nil && (o.Output == "table" || errors.Is(err, errNoNamespace)) {
+			return err
+		}
 	}
 	return printMemberStatuses(out, o.Output, o.kube.Namespace, rows, now)
+}
+
+var errNoNamespace = errors.New("namespace not found")
+
+// noRegistrations explains an empty namespace: whether it exists, and where
+// registrations are instead (a mistyped -n is the usual cause).
+func noRegistrations(ctx context.Context, hub *cliClients, ns string) error {
+	hint := "register a member with `endpoint-aggregator register`"
+	all, err := hub.kube.CoreV1().Secrets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
+	if err == nil {
+		var elsewhere []string
+		for _, s := range all.Items {
+			if !slices.Contains(elsewhere, s.Namespace) {
+				elsewhere = append(elsewhere, s.Namespace)
+			}
+		}
+		slices.Sort(elsewhere)
+		if len(elsewhere) > 0 {
+			hint = fmt.Sprintf("registrations exist in namespace %s: pass -n %s", strings.Join(elsewhere, ", "), elsewhere[0])
+		}
+	}
+	if _, err := hub.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return fmt.Errorf("hub %s: %w: %s (the daemon's --namespace; %s)", hub.context, errNoNamespace, ns, hint)
+	}
+	return fmt.Errorf("hub %s: no members registered in namespace %s (%s)", hub.context, ns, hint)
 }
 
 // listStatusInput lists what status needs from the hub. Only the Secrets are

@@ -2,7 +2,9 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -13,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -367,5 +371,34 @@ func TestStatusShowsOwners(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "OWNER") {
 		t.Errorf("table without fences:\n%s\nwant no OWNER column", buf.String())
+	}
+}
+
+// TestStatusExplainsAnEmptyNamespace: a mistyped -n is an error that says
+// whether the namespace exists and where registrations are.
+func TestStatusExplainsAnEmptyNamespace(t *testing.T) {
+	reg := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "east", Namespace: "endpoint-aggregator",
+		Labels: map[string]string{clusters.LabelMemberCluster: clusters.MemberClusterValue}}}
+	ns := func(name string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
+	for _, tc := range []struct {
+		name       string
+		objs       []runtime.Object
+		ns         string
+		missing    bool
+		wantInHint string
+	}{
+		{"mistyped namespace", []runtime.Object{ns("endpoint-aggregator"), reg}, "endpoint-agregator", true, "pass -n endpoint-aggregator"},
+		{"empty namespace", []runtime.Object{ns("endpoint-aggregator"), ns("other"), reg}, "other", false, "pass -n endpoint-aggregator"},
+		{"nothing registered", []runtime.Object{ns("endpoint-aggregator")}, "endpoint-aggregator", false, "endpoint-aggregator register"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub := &cliClients{context: "hub", kube: fake.NewClientset(tc.objs...)}
+			err := noRegistrations(context.Background(), hub, tc.ns)
+			if err == nil || errors.Is(err, errNoNamespace) != tc.missing || !strings.Contains(err.Error(), tc.wantInHint) {
+				t.Errorf("noRegistrations(%s) = %v; want namespace missing %t and a hint with %q", tc.ns, err, tc.missing, tc.wantInHint)
+			}
+		})
 	}
 }

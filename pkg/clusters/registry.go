@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -505,13 +507,23 @@ func (r *Registry) secretRegistration(key string) (*registration, error) {
 	}
 	cluster := ClusterName(secret)
 	policy, policyErr := ParsePolicyOverride(secret.Annotations)
-	data := secret.Data[KubeconfigKey]
+	data, found := secret.Data[KubeconfigKey]
+	config := func() (*rest.Config, error) { return RESTConfig(data, r.opts.Policy) }
+	if !found {
+		keys := slices.Sorted(maps.Keys(secret.Data))
+		config = func() (*rest.Config, error) {
+			if len(keys) == 0 {
+				return nil, fmt.Errorf("the Secret has no data; the kubeconfig belongs under key %q", KubeconfigKey)
+			}
+			return nil, fmt.Errorf("the Secret has no key %q for the kubeconfig; its keys are %s", KubeconfigKey, strings.Join(keys, ", "))
+		}
+	}
 	return &registration{
 		claim:     claim{key: key, cluster: cluster, created: secret.CreationTimestamp, ref: secretRef(secret)},
 		hash:      hashOf(cluster, data, policyAnnotations(secret.Annotations)...),
 		policy:    policy,
 		policyErr: policyErr,
-		config:    func() (*rest.Config, error) { return RESTConfig(data, r.opts.Policy) },
+		config:    config,
 		invalid:   ReasonInvalidConfig,
 	}, nil
 }

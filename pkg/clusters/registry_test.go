@@ -184,17 +184,21 @@ func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	execKubeconfig := strings.Replace(tokenKubeconfig, "    token: abc\n",
 		"    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [\"-c\", \"touch "+marker+"\"]\n", 1)
+	wrongKey := secret("wrong-key", "", "", time.Hour)
+	wrongKey.Data = map[string][]byte{"config": []byte(tokenKubeconfig), "value": nil}
 	r, _, _, rec := startRegistry(t,
 		secret("bad-name", "Not_A_Label", tokenKubeconfig, time.Hour),
 		secret("garbage", "", "{not yaml: [", time.Hour),
 		secret("exec", "", execKubeconfig, time.Hour),
 		secret("older", "dup", tokenKubeconfig, 2*time.Hour),
 		secret("newer", "dup", tokenKubeconfig, time.Hour),
+		wrongKey,
 	)
 	waitUntil(t, func() bool { c := r.Get("dup"); return c != nil && c.HasSynced() })
-	waitUntil(t, func() bool { return len(rec.Events) >= 4 })
+	waitUntil(t, func() bool { return len(rec.Events) >= 5 })
 	got := strings.Join(events(rec), "\n")
-	for _, want := range []string{ReasonInvalidName, ReasonInvalidConfig, ReasonRefusedConfig, ReasonDuplicateName} {
+	for _, want := range []string{ReasonInvalidName, ReasonInvalidConfig, ReasonRefusedConfig, ReasonDuplicateName,
+		`the Secret has no key "kubeconfig" for the kubeconfig; its keys are config, value`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %s Event in:\n%s", want, got)
 		}
@@ -216,10 +220,10 @@ func TestRegistryRejectsBadSecretsWithEvents(t *testing.T) {
 	}
 	// A Secret whose kubeconfig is broken or refused still registers its
 	// member, without a connection: only unregistering withdraws.
-	if names := r.Names(); !slices.Equal(names, []string{"dup", "exec", "garbage"}) {
-		t.Errorf("registered %v, want [dup exec garbage]", names)
+	if names := r.Names(); !slices.Equal(names, []string{"dup", "exec", "garbage", "wrong-key"}) {
+		t.Errorf("registered %v, want [dup exec garbage wrong-key]", names)
 	}
-	for _, name := range []string{"exec", "garbage"} {
+	for _, name := range []string{"exec", "garbage", "wrong-key"} {
 		st, c := r.Lookup(name)
 		if st.Phase != lifecycle.Registered || !st.Unreachable || st.Reason == "" || st.Since.IsZero() || c != nil {
 			t.Errorf("%s: state %+v, connection %v; want registered, unreachable with a reason, no connection", name, st, c)

@@ -83,7 +83,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		stop:      make(chan struct{}),
 		probeNow:  make(chan struct{}, 1),
 	}
-	s, err := newInformerSet(clients, handlers)
+	s, err := newInformerSet(name, clients, handlers)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 package clusters
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -24,10 +26,18 @@ type informerSet struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
+	// ctx ends with stop; its logger names the member, so that what the
+	// informers log (a failed watch, say) says which member it is about.
+	ctx context.Context
 }
 
-func newInformerSet(clients Clients, handlers EventHandlers) (*informerSet, error) {
+// memberLogger is the logger member informers log through, with the
+// member's name added; a variable for tests.
+var memberLogger = klog.Background
+
+func newInformerSet(cluster string, clients Clients, handlers EventHandlers) (*informerSet, error) {
 	s := &informerSet{stop: make(chan struct{})}
+	s.ctx = klog.NewContext(wait.ContextForChannel(s.stop), klog.LoggerWithValues(memberLogger(), "cluster", cluster))
 	// No resync: the controller is level-triggered from events alone.
 	kf := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(stripMemberObject))
 	s.services = kf.Core().V1().Services().Informer()
@@ -56,10 +66,10 @@ func newInformerSet(clients Clients, handlers EventHandlers) (*informerSet, erro
 }
 
 func (s *informerSet) run() {
-	go s.services.Run(s.stop)
-	go s.slices.Run(s.stop)
+	go s.services.RunWithContext(s.ctx)
+	go s.slices.RunWithContext(s.ctx)
 	if s.exports != nil {
-		go s.exports.Run(s.stop)
+		go s.exports.RunWithContext(s.ctx)
 	}
 }
 
@@ -159,7 +169,7 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 // that fails; the current set then keeps retrying on its own.
 func (c *Cluster) freshInformers() *informerSet {
 	klog.InfoS("Restarting member informers: the member answers again", "cluster", c.name, "synced", c.synced.Load())
-	s, err := newInformerSet(c.clients, c.handlers)
+	s, err := newInformerSet(c.name, c.clients, c.handlers)
 	if err != nil {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil

@@ -299,6 +299,33 @@ func TestChartPassesValuesAsFlags(t *testing.T) {
 	}
 }
 
+// TestChartPassesLeaseTimingsAndHubClientLimits: the values that were
+// reachable only through extraArgs.
+func TestChartPassesLeaseTimingsAndHubClientLimits(t *testing.T) {
+	c := daemonContainer(t, render(t,
+		"--set", "leaderElection.leaseDuration=30s",
+		"--set", "leaderElection.renewDeadline=20s",
+		"--set", "leaderElection.retryPeriod=4s",
+		"--set", "hubClient.qps=200",
+		"--set", "hubClient.burst=400",
+	))
+	run := runCommand(t)
+	if err := run.ParseFlags(c.Args); err != nil {
+		t.Fatalf("args %q: %v", c.Args, err)
+	}
+	for flag, want := range map[string]string{
+		"leader-elect-lease-duration": "30s",
+		"leader-elect-renew-deadline": "20s",
+		"leader-elect-retry-period":   "4s",
+		"kube-api-qps":                "200",
+		"kube-api-burst":              "400",
+	} {
+		if got := run.Flags().Lookup(flag).Value.String(); got != want {
+			t.Errorf("--%s=%s, want %s", flag, got, want)
+		}
+	}
+}
+
 // TestChartDeploymentIsHardened checks the Deployment's pod against what
 // DESIGN §6 asks: leader-elected replicas, downward-API namespace, probes on
 // the metrics port and a locked-down security context.

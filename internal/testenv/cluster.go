@@ -138,6 +138,10 @@ func setControllerRuntimeLogger() {
 // Start starts a new cluster named name (a DNS label). It blocks until the
 // apiserver is healthy, the default namespace exists and, with opts.CRDs,
 // the CRDs are served. On error nothing is left running.
+// reapOnce: orphans are looked for once per process, before the first
+// cluster starts.
+var reapOnce sync.Once
+
 func Start(name string, opts Options) (_ *Cluster, retErr error) {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return nil, fmt.Errorf("testenv: invalid cluster name %q: %s", name, strings.Join(errs, "; "))
@@ -147,6 +151,13 @@ func Start(name string, opts Options) (_ *Cluster, retErr error) {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
 	setControllerRuntimeLogger()
+	// A run killed before its cleanup leaves its control planes running,
+	// adopted by init: stop them before starting more.
+	reapOnce.Do(func() {
+		for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+			killOrphans(filepath.Join(assets, b))
+		}
+	})
 
 	dir, err := os.MkdirTemp("", "endpoint-aggregator-"+name+"-")
 	if err != nil {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,8 @@ type registerOptions struct {
 	MemberServer    string
 	ReadOnly        bool
 	DryRun          bool
+	Force           bool
+	AllowDuplicate  bool
 	TokenWait       time.Duration
 	TokenExpiration time.Duration
 }
@@ -56,6 +59,8 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.MemberServer, "member-server", o.MemberServer, "URL at which the hub reaches the member's apiserver. Default: the server of the member context.")
 	fs.BoolVar(&o.ReadOnly, "read-only", o.ReadOnly, "Grant only get/list/watch in the member: no patch/update of serviceexports/status (the daemon then cannot write ServiceExport conditions).")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Change nothing anywhere: print the registration Secret (token replaced by a placeholder) to stdout and the member objects that would be applied to stderr.")
+	fs.BoolVar(&o.Force, "force", o.Force, "Re-point a registered --name at another API server.")
+	fs.BoolVar(&o.AllowDuplicate, "allow-duplicate", o.AllowDuplicate, "Register an API server that is already registered under another name (its endpoints are then imported twice).")
 	fs.DurationVar(&o.TokenWait, "token-wait", o.TokenWait, "How long to wait for the token controller to fill a newly created ServiceAccount token Secret before asking the TokenRequest API instead.")
 	fs.DurationVar(&o.TokenExpiration, "token-expiration", o.TokenExpiration, "Lifetime requested for a TokenRequest token (the member's apiserver may cap it; at least 10m).")
 }
@@ -179,9 +184,12 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	ns := o.kube.Namespace
 
 	// Check the hub first, so that a conflict changes nothing in the member.
-	existing, err := registrationFor(ctx, hub, ns, name)
+	existing, all, err := registrationFor(ctx, hub, ns, name)
 	if err != nil {
 		return err
+	}
+	if err := serverConflict(name, ep, existing, all, o.Force, o.AllowDuplicate); err != nil {
+		return fmt.Errorf("hub %s: %w", o.HubContext, err)
 	}
 
 	report := func(ref, result string) {
@@ -252,29 +260,63 @@ func (o *registerOptions) dryRun(name string, identity *memberIdentity, ep membe
 // registrationFor returns the hub Secret that would register name, or nil.
 // It fails when that Secret is not a registration Secret for name, or when
 // another Secret already claims the name: the daemon would reject one of them.
-func registrationFor(ctx context.Context, hub *cliClients, ns, name string) (*corev1.Secret, error) {
+func registrationFor(ctx context.Context, hub *cliClients, ns, name string) (*corev1.Secret, []corev1.Secret, error) {
 	s, err := hub.kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		s = nil
 	case err != nil:
-		return nil, fmt.Errorf("hub %s: reading secret %s/%s: %w", hub.context, ns, name, err)
+		return nil, nil, fmt.Errorf("hub %s: reading secret %s/%s: %w", hub.context, ns, name, err)
 	case s.Labels[clusters.LabelMemberCluster] != clusters.MemberClusterValue:
-		return nil, fmt.Errorf("hub %s: secret %s/%s exists and is not a registration Secret (no label %s=%s); choose another --name", hub.context, ns, name, clusters.LabelMemberCluster, clusters.MemberClusterValue)
+		return nil, nil, fmt.Errorf("hub %s: secret %s/%s exists and is not a registration Secret (no label %s=%s); choose another --name", hub.context, ns, name, clusters.LabelMemberCluster, clusters.MemberClusterValue)
 	case clusters.ClusterName(s) != name:
-		return nil, fmt.Errorf("hub %s: secret %s/%s registers cluster %q; choose another --name or unregister %q first", hub.context, ns, name, clusters.ClusterName(s), clusters.ClusterName(s))
+		return nil, nil, fmt.Errorf("hub %s: secret %s/%s registers cluster %q; choose another --name or unregister %q first", hub.context, ns, name, clusters.ClusterName(s), clusters.ClusterName(s))
 	}
 	all, err := hub.kube.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})
 	if err != nil {
-		return nil, fmt.Errorf("hub %s: listing registration Secrets: %w", hub.context, err)
+		return nil, nil, fmt.Errorf("hub %s: listing registration Secrets: %w", hub.context, err)
 	}
 	for _, other := range all.Items {
 		if other.Name != name && clusters.ClusterName(&other) == name {
-			return nil, fmt.Errorf("hub %s: cluster name %q is already registered by secret %s/%s; unregister it first", hub.context, name, ns, other.Name)
+			return nil, nil, fmt.Errorf("hub %s: cluster name %q is already registered by secret %s/%s; unregister it first", hub.context, name, ns, other.Name)
 		}
 	}
-	return s, nil
+	return s, all.Items, nil
 }
+
+// serverConflict refuses a registration that would make the hub import one
+// API server twice (the same server and CA under another name), or silently
+// move a registered name to another API server.
+func serverConflict(name string, ep memberEndpoint, existing *corev1.Secret, all []corev1.Secret, force, allowDuplicate bool) error {
+	same := func(s *corev1.Secret) (string, bool) {
+		server, ca := kubeconfigServer(s.Data[clusters.KubeconfigKey])
+		return server, server != "" && normalServer(server) == normalServer(ep.Server) &&
+			(len(ca) == 0 || len(ep.CAData) == 0 || bytes.Equal(ca, ep.CAData))
+	}
+	if existing != nil && !force {
+		if server, ok := same(existing); !ok && server != "" {
+			return fmt.Errorf("member %q is registered with server %s, not %s: pass --force to re-point it", name, server, ep.Server)
+		}
+	}
+	if allowDuplicate {
+		return nil
+	}
+	for i := range all {
+		other := &all[i]
+		if other.Name == name || clusters.ClusterName(other) == name {
+			continue
+		}
+		if _, ok := same(other); ok {
+			return fmt.Errorf("server %s is already registered as member %q (secret %s/%s); registering it as %q too would import its endpoints twice: pass --allow-duplicate if that is meant",
+				ep.Server, clusters.ClusterName(other), other.Namespace, other.Name, name)
+		}
+	}
+	return nil
+}
+
+// normalServer compares server URLs: scheme and host are case-insensitive,
+// a trailing slash means nothing.
+func normalServer(s string) string { return strings.TrimSuffix(strings.ToLower(s), "/") }
 
 // writeRegistration creates or updates the hub Secret; it writes nothing
 // when the Secret is up to date.

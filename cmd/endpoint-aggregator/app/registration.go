@@ -107,6 +107,23 @@ func kubeconfigToken(data []byte) string {
 	return ""
 }
 
+// kubeconfigServer is the server and CA of a kubeconfig's current context;
+// "" when it has none.
+func kubeconfigServer(data []byte) (string, []byte) {
+	kc, err := clientcmd.Load(data)
+	if err != nil {
+		return "", nil
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if ctx == nil {
+		return "", nil
+	}
+	if c := kc.Clusters[ctx.Cluster]; c != nil {
+		return c.Server, c.CertificateAuthorityData
+	}
+	return "", nil
+}
+
 // registrationSecret is the hub Secret registering a member.
 func registrationSecret(namespace, name string, kubeconfig []byte) *corev1.Secret {
 	return &corev1.Secret{

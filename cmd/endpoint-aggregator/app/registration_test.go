@@ -199,3 +199,43 @@ func TestTokenDueForRenewal(t *testing.T) {
 		t.Errorf("jwtLifetime: %v %v", exp, ok)
 	}
 }
+
+// TestServerConflict: one API server under two names, or a name moved to
+// another API server, is refused unless asked for.
+func TestServerConflict(t *testing.T) {
+	reg := func(name, server, ca string) corev1.Secret {
+		kc, err := buildMemberKubeconfig(name, "sa", memberEndpoint{Server: server, CAData: []byte(ca)}, "token")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *registrationSecret("ns", name, kc)
+	}
+	east := reg("east", "https://10.0.0.1:6443", "ca-east")
+	west := reg("west", "https://10.0.0.2:6443", "ca-west")
+	all := []corev1.Secret{east, west}
+	for _, tc := range []struct {
+		name, server, ca string
+		existing         *corev1.Secret
+		force, allowDup  bool
+		want             string // "" for no error
+	}{
+		{"east", "https://10.0.0.1:6443", "ca-east", &east, false, false, ""},
+		{"east", "https://10.0.0.1:6443/", "", &east, false, false, ""},
+		{"north", "https://10.0.0.3:6443", "ca-north", nil, false, false, ""},
+		{"east2", "https://10.0.0.1:6443", "ca-east", nil, false, false, `already registered as member "east"`},
+		{"east2", "HTTPS://10.0.0.1:6443", "", nil, false, false, `already registered as member "east"`},
+		{"east2", "https://10.0.0.1:6443", "ca-east", nil, false, true, ""},
+		{"east2", "https://10.0.0.1:6443", "ca-other", nil, false, false, ""}, // same URL, another cluster
+		{"east", "https://10.0.0.2:6443", "ca-west", &east, false, false, "pass --force to re-point it"},
+		{"east", "https://10.0.0.9:6443", "ca-9", &east, true, false, ""},
+		{"east", "https://10.0.0.2:6443", "ca-west", &east, true, false, `already registered as member "west"`},
+	} {
+		err := serverConflict(tc.name, memberEndpoint{Server: tc.server, CAData: []byte(tc.ca)}, tc.existing, all, tc.force, tc.allowDup)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s at %s (force %t, allow-duplicate %t): %v, want no error", tc.name, tc.server, tc.force, tc.allowDup, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s at %s (force %t, allow-duplicate %t): %v, want an error with %q", tc.name, tc.server, tc.force, tc.allowDup, err, tc.want)
+		}
+	}
+}

@@ -255,11 +255,7 @@ func TestChartPassesValuesAsFlags(t *testing.T) {
 		"--set", "logVerbosity=3",
 		"--set-json", `extraArgs=["--kube-api-qps=80"]`,
 	))
-	run := runCommand(t)
-	if err := run.ParseFlags(c.Args); err != nil {
-		t.Fatalf("args %q: %v", c.Args, err)
-	}
-	for flag, want := range map[string]string{
+	checkFlags(t, c.Args, map[string]string{
 		"export-mode":            "all",
 		"per-cluster-services":   "headless",
 		"create-namespaces":      "true",
@@ -284,16 +280,7 @@ func TestChartPassesValuesAsFlags(t *testing.T) {
 		"metrics-bind-address":   ":9090",
 		"v":                      "3",
 		"kube-api-qps":           "80",
-	} {
-		f := run.Flags().Lookup(flag)
-		if f == nil {
-			t.Errorf("no flag --%s", flag)
-			continue
-		}
-		if got := f.Value.String(); got != want {
-			t.Errorf("--%s=%s, want %s", flag, got, want)
-		}
-	}
+	})
 	if c.Ports[0].ContainerPort != 9090 || c.LivenessProbe.HTTPGet.Port.String() != "metrics" {
 		t.Errorf("metrics port %+v, liveness probe port %v", c.Ports, c.LivenessProbe.HTTPGet.Port)
 	}
@@ -309,19 +296,31 @@ func TestChartPassesLeaseTimingsAndHubClientLimits(t *testing.T) {
 		"--set", "hubClient.qps=200",
 		"--set", "hubClient.burst=400",
 	))
-	run := runCommand(t)
-	if err := run.ParseFlags(c.Args); err != nil {
-		t.Fatalf("args %q: %v", c.Args, err)
-	}
-	for flag, want := range map[string]string{
+	checkFlags(t, c.Args, map[string]string{
 		"leader-elect-lease-duration": "30s",
 		"leader-elect-renew-deadline": "20s",
 		"leader-elect-retry-period":   "4s",
 		"kube-api-qps":                "200",
 		"kube-api-burst":              "400",
-	} {
-		if got := run.Flags().Lookup(flag).Value.String(); got != want {
-			t.Errorf("--%s=%s, want %s", flag, got, want)
+	})
+}
+
+// checkFlags parses args as `endpoint-aggregator run` flags and checks the
+// values of those in want.
+func checkFlags(t *testing.T, args []string, want map[string]string) {
+	t.Helper()
+	run := runCommand(t)
+	if err := run.ParseFlags(args); err != nil {
+		t.Fatalf("args %q: %v", args, err)
+	}
+	for flag, w := range want {
+		f := run.Flags().Lookup(flag)
+		if f == nil {
+			t.Errorf("no flag --%s", flag)
+			continue
+		}
+		if got := f.Value.String(); got != w {
+			t.Errorf("--%s=%s, want %s", flag, got, w)
 		}
 	}
 }

@@ -1,7 +1,13 @@
 // Command demo runs endpoint-aggregator against three throw-away clusters
 // (a hub and the members east and west, each a real etcd + kube-apiserver),
-// shows what it wrote into the hub, and keeps everything running until
-// Ctrl-C. Run it with `make demo`, which builds the binaries first.
+// shows what it wrote into the hub, prints one kubeconfig with the contexts
+// hub, east and west and the `status`/`explain` commands to try with it, and
+// keeps everything running until Ctrl-C. Run it with `make demo`, which
+// builds the binaries first.
+//
+// Ctrl-C (SIGINT) or SIGTERM once the hub tables are printed is the normal
+// end: it stops the daemon and the clusters, removes their files, and exits
+// 0. Before that, or when cleaning up fails, it exits 1.
 //
 // With -check it is a smoke test instead: it exits 0 as soon as it has
 // printed the hub tables and non-zero with its error otherwise (a timeout,
@@ -78,6 +84,9 @@ type demo struct {
 	metricsURL string
 	daemonDone chan struct{}
 	daemonErr  error // valid once daemonDone is closed
+	// tablesPrinted: the hub tables and the hints are out; from then on
+	// SIGINT or SIGTERM is the normal way to end the demo.
+	tablesPrinted bool
 }
 
 // runAndCleanup runs the demo and then stops what it started, also when run
@@ -182,18 +191,22 @@ func (d *demo) run(ctx context.Context) error {
 		fmt.Println()
 		return nil // the kubeconfigs are about to go away: no hints
 	}
-	kubectl, kubectlNote := findKubectl(assets)
-	fmt.Printf("\nKubeconfigs (valid while the demo runs):\n")
-	for _, c := range d.clusters {
-		fmt.Printf("  %-5s %s\n", c.Name, kubeconfigs[c.Name])
+	merged, err := mergeKubeconfigs(namedKubeconfigs(d.clusters))
+	if err != nil {
+		return err
 	}
-	fmt.Printf("\nTry:%s\n", kubectlNote)
-	fmt.Printf("  %s --kubeconfig %s get serviceimports,svc,endpointslices -n %s\n", kubectl, kubeconfigs["hub"], appNamespace)
-	fmt.Printf("  %s --kubeconfig %s get svc,endpointslices -n %s\n", kubectl, kubeconfigs["east"], appNamespace)
-	fmt.Printf("  # change a member and watch the hub follow:\n")
-	fmt.Printf("  %s --kubeconfig %s delete endpointslice cart-demo -n %s\n", kubectl, kubeconfigs["west"], appNamespace)
-	fmt.Printf("  %s --kubeconfig %s get endpointslices -n %s -w\n", kubectl, kubeconfigs["hub"], appNamespace)
-	fmt.Printf("\nDaemon log: %s\nMetrics:    %s\n", d.daemonLog, d.metricsURL)
+	mergedPath := filepath.Join(d.dir, "kubeconfig")
+	if err := os.WriteFile(mergedPath, merged, 0o600); err != nil {
+		return err
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	h := hints{kubeconfig: mergedPath, cli: cliPath(binary, cwd), daemonLog: d.daemonLog, metricsURL: d.metricsURL}
+	h.kubectl, h.kubectlNote = findKubectl(assets)
+	h.print(os.Stdout)
+	d.tablesPrinted = true
 
 	if d.once {
 		return nil
@@ -201,11 +214,30 @@ func (d *demo) run(ctx context.Context) error {
 	fmt.Println("\nRunning. Press Ctrl-C to stop the daemon and the clusters.")
 	select {
 	case <-ctx.Done():
-		fmt.Println()
-		return nil
 	case <-d.daemonDone:
-		return fmt.Errorf("endpoint-aggregator exited unexpectedly: %v", exitText(d.daemonErr))
+		// A terminal's Ctrl-C also reaches the clusters' processes (they
+		// share the demo's process group) and may stop the daemon's hub
+		// before the demo sees the signal: that is the end asked for too.
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+				return fmt.Errorf("endpoint-aggregator exited unexpectedly: %v", exitText(d.daemonErr))
+			}
+		}
 	}
+	fmt.Println()
+	return nil
+}
+
+// namedKubeconfigs are the clusters' kubeconfigs, each under its cluster's
+// name.
+func namedKubeconfigs(clusters []*testenv.Cluster) []namedKubeconfig {
+	out := make([]namedKubeconfig, 0, len(clusters))
+	for _, c := range clusters {
+		out = append(out, namedKubeconfig{name: c.Name, data: c.Kubeconfig})
+	}
+	return out
 }
 
 func (d *demo) startDaemon(ctx context.Context, binary, hubKubeconfig string) error {

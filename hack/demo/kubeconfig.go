@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 )
 
 // namedKubeconfig is one cluster's self-contained kubeconfig and the name
@@ -56,6 +61,29 @@ func mergeKubeconfigs(in []namedKubeconfig) ([]byte, error) {
 	}
 	merged.CurrentContext = in[0].name
 	return clientcmd.Write(*merged)
+}
+
+// checkContexts makes sure that each cluster's context in the kubeconfig at
+// path reaches that cluster's API server, as the printed commands will.
+func checkContexts(ctx context.Context, path string, clusters []*testenv.Cluster) error {
+	for _, c := range clusters {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.Name}).ClientConfig()
+		if err != nil {
+			return fmt.Errorf("merged kubeconfig, context %s: %w", c.Name, err)
+		}
+		if cfg.Host != c.Config.Host {
+			return fmt.Errorf("merged kubeconfig, context %s: server %s, want %s", c.Name, cfg.Host, c.Config.Host)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if _, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return fmt.Errorf("merged kubeconfig, context %s: %w", c.Name, err)
+		}
+	}
+	return nil
 }
 
 // hints are the commands the demo suggests once the hub tables are printed.

@@ -2,12 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 )
 
 // clusterKubeconfig is a self-contained kubeconfig for one cluster. Every
@@ -128,4 +137,57 @@ func mustLoad(t *testing.T, data []byte) *clientcmdapi.Config {
 		t.Fatal(err)
 	}
 	return kc
+}
+
+// apiServer is a TLS server that answers a namespace list as an API server
+// would, and the kubeconfig of a cluster named name that reaches it.
+func apiServer(t *testing.T, name string) (*testenv.Cluster, []byte) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/namespaces" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: srv.URL, CertificateAuthorityData: ca}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = name
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testenv.Cluster{Name: name, Config: &rest.Config{Host: srv.URL}}, data
+}
+
+func TestCheckContextsReachesEveryClusterThroughTheMergedKubeconfig(t *testing.T) {
+	var clusters []*testenv.Cluster
+	var in []namedKubeconfig
+	for _, name := range []string{"hub", "east", "west"} {
+		c, data := apiServer(t, name)
+		clusters = append(clusters, c)
+		in = append(in, namedKubeconfig{name: name, data: data})
+	}
+	merged, err := mergeKubeconfigs(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, merged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkContexts(context.Background(), path, clusters); err != nil {
+		t.Fatalf("checkContexts: %v", err)
+	}
+
+	// A context that leads to another cluster's server is caught.
+	swapped := []*testenv.Cluster{{Name: "hub", Config: clusters[1].Config}}
+	if err := checkContexts(context.Background(), path, swapped); err == nil || !strings.Contains(err.Error(), "context hub: server") {
+		t.Errorf("checkContexts with hub's context leading elsewhere: %v, want a server mismatch", err)
+	}
 }

@@ -10,7 +10,8 @@
 // 0. Before that, or when cleaning up fails, it exits 1.
 //
 // With -check it is a smoke test instead: it exits 0 as soon as it has
-// printed the hub tables and non-zero with its error otherwise (a timeout,
+// printed the hub tables and checked that each context of the merged
+// kubeconfig reaches its cluster, and non-zero with its error otherwise (a timeout,
 // the daemon exiting, a failed cleanup), stopping everything it started
 // either way, and ends with one line starting "demo -check: ". `make
 // demo-check` (hack/demo-check.sh) runs it many times in a row.
@@ -46,7 +47,8 @@ func main() {
 	flag.DurationVar(&d.timeout, "timeout", 2*time.Minute, "how long to wait for the aggregated objects to appear in the hub")
 	flag.BoolVar(&d.once, "once", false, "print the hub's state and stop, instead of waiting for Ctrl-C")
 	flag.BoolVar(&d.check, "check", false, "smoke test: exit 0 once the hub tables are printed, non-zero on a timeout or any other error; "+
-		"stops everything either way and ends with a line starting \"demo -check: \" (implies -once, without the kubeconfig hints)")
+		"stops everything either way and ends with a line starting \"demo -check: \" (implies -once; instead of printing the hints, "+
+		"checks that each context of the merged kubeconfig reaches its cluster)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "demo: unexpected arguments %q\n", flag.Args())
@@ -187,10 +189,6 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 
-	if d.check {
-		fmt.Println()
-		return nil // the kubeconfigs are about to go away: no hints
-	}
 	merged, err := mergeKubeconfigs(namedKubeconfigs(d.clusters))
 	if err != nil {
 		return err
@@ -198,6 +196,12 @@ func (d *demo) run(ctx context.Context) error {
 	mergedPath := filepath.Join(d.dir, "kubeconfig")
 	if err := os.WriteFile(mergedPath, merged, 0o600); err != nil {
 		return err
+	}
+	if d.check {
+		fmt.Println()
+		// The kubeconfig is about to go away: no hints, but every context
+		// it offers must reach its cluster.
+		return checkContexts(ctx, mergedPath, d.clusters)
 	}
 	cwd, err := os.Getwd()
 	if err != nil {

@@ -86,9 +86,6 @@ type demo struct {
 	metricsURL string
 	daemonDone chan struct{}
 	daemonErr  error // valid once daemonDone is closed
-	// tablesPrinted: the hub tables and the hints are out; from then on
-	// SIGINT or SIGTERM is the normal way to end the demo.
-	tablesPrinted bool
 }
 
 // runAndCleanup runs the demo and then stops what it started, also when run
@@ -210,11 +207,11 @@ func (d *demo) run(ctx context.Context) error {
 	h := hints{kubeconfig: mergedPath, cli: cliPath(binary, cwd), daemonLog: d.daemonLog, metricsURL: d.metricsURL}
 	h.kubectl, h.kubectlNote = findKubectl(assets)
 	h.print(os.Stdout)
-	d.tablesPrinted = true
 
 	if d.once {
 		return nil
 	}
+	// From here on SIGINT or SIGTERM is the normal end: exit 0.
 	fmt.Println("\nRunning. Press Ctrl-C to stop the daemon and the clusters.")
 	select {
 	case <-ctx.Done():

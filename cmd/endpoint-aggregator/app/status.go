@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -93,8 +94,10 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
-	if d := useDaemonConfig(ctx, hub, o.kube.Namespace, nil, errOut); d.Config != nil {
-		fmt.Fprintln(errOut, daemonSummary(d))
+	// status has no flag of the daemon's to fill in: it only shows them,
+	// and says nothing when none are published.
+	if c, err := daemonconfig.Read(ctx, hub.kube.CoreV1(), o.kube.Namespace); err == nil && c != nil {
+		fmt.Fprintln(errOut, daemonSummary(daemonFlags{Config: c, Source: "ConfigMap " + o.kube.Namespace + "/" + daemonconfig.Name}))
 	}
 	in, err := listStatusInput(ctx, hub, o.kube.Namespace, func(what string, err error) {
 		fmt.Fprintf(errOut, "Warning: listing %s: %v; the table may be incomplete\n", what, err)

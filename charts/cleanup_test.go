@@ -91,6 +91,7 @@ func TestChartCleanupHook(t *testing.T) {
 	got["Role"].into(t, &role)
 	wantRole := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"endpoint-aggregator-config"}, Verbs: []string{"get", "delete"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: []string{fullname}, Verbs: []string{"get", "delete"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRole) {

@@ -104,6 +104,9 @@ type Report struct {
 	// cannot be read ("cluster: error"): the daemon's merge waits for
 	// their syncs to rewrite them, and the import does not change until then.
 	UnreadableRecords []string `json:"unreadableRecords,omitempty"`
+	// DaemonConfig says where the daemon's configuration the verdicts
+	// assume came from; set by the caller.
+	DaemonConfig string `json:"daemonConfig,omitempty"`
 }
 
 // MemberRow is one member's line.
@@ -135,6 +138,9 @@ type MemberRow struct {
 	// --shard-members.
 	Owner   string `json:"owner,omitempty"`
 	Verdict string `json:"verdict"`
+	// Contradicted: the hub's objects contradict the verdict, which says
+	// how; the daemon's configuration may not be the one assumed.
+	Contradicted bool `json:"contradicted,omitempty"`
 }
 
 // ImportRow summarizes the ServiceImport and its derived Service.
@@ -236,7 +242,51 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	row.Hub = describeHub(m)
 	row.Owner = m.Owner
 	row.Verdict = verdict(in, m, record, merged, down, since)
+	if c := contradiction(in, m, row, down); c != "" {
+		row.Verdict += "; " + c
+		row.Contradicted = true
+	}
 	return row
+}
+
+// contradiction says how the hub's objects contradict a verdict, or "":
+// "not exported" while the hub holds what the daemon imported from the
+// member, or a service that should be exported, from a member whose Lease
+// the daemon renews, of which the hub holds nothing. Either way the likely
+// cause is a daemon configured otherwise than explain assumed.
+func contradiction(in Input, m Member, row MemberRow, down bool) string {
+	const cause = "the daemon's configuration may differ from what explain assumed"
+	svc := in.Namespace + "/" + in.Name
+	switch {
+	case strings.HasPrefix(row.Verdict, "not exported"):
+		n, held := hubEndpoints(m)
+		if !held {
+			return ""
+		}
+		return fmt.Sprintf("but the hub holds %d endpoint(s) from %s for %s: %s", n, m.Name, svc, cause)
+	case strings.HasPrefix(row.Verdict, "pending: the hub holds no slices") && m.Lease != nil && !down && row.Ready > 0:
+		if _, held := hubEndpoints(m); held {
+			return ""
+		}
+		return fmt.Sprintf("but the daemon renews %s's Lease and the hub holds nothing from it for %s: if this lasts, %s", m.Name, svc, cause)
+	}
+	return ""
+}
+
+// hubEndpoints counts the endpoints the hub holds from m (its MCS slices,
+// else its per-cluster Endpoints), and says whether it holds any object of
+// m's for the service at all.
+func hubEndpoints(m Member) (int, bool) {
+	n := 0
+	for _, s := range m.HubSlices {
+		n += len(s.Endpoints)
+	}
+	if len(m.HubSlices) == 0 && m.HubEndpoints != nil {
+		for _, ss := range m.HubEndpoints.Subsets {
+			n += len(ss.Addresses) + len(ss.NotReadyAddresses)
+		}
+	}
+	return n, len(m.HubSlices) > 0 || m.HubEndpoints != nil || m.HubService != nil
 }
 
 func registration(m Member) string {

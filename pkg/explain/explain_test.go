@@ -201,3 +201,61 @@ func TestBuildSummarizesTheImport(t *testing.T) {
 		t.Errorf("without exports: %+v", none)
 	}
 }
+
+func TestBuildFlagsVerdictsTheHubContradicts(t *testing.T) {
+	base := func() Input {
+		return Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true,
+			Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}}, Import: imported("east")}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Input)
+		want   string // "" for no contradiction
+	}{
+		{"not exported by the assumed mode, yet the hub holds its endpoints", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Export = nil // exported by annotation, say, not by ServiceExport
+			m.HubSlices[0].Endpoints = append(m.HubSlices[0].Endpoints, m.HubSlices[0].Endpoints[0], m.HubSlices[0].Endpoints[0])
+			in.Members = []Member{m}
+		}, "not exported: no ServiceExport shop/cart in this cluster (--export-mode=serviceexport); but the hub holds 3 endpoint(s) from east for shop/cart: the daemon's configuration may differ from what explain assumed"},
+		{"namespace excluded by the assumed lists, yet the hub holds its per-cluster Endpoints", func(in *Input) {
+			in.Policy.Export.Exclude = sets.New("shop")
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			m.HubEndpoints = &corev1.Endpoints{Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.1.0.1"}}, NotReadyAddresses: []corev1.EndpointAddress{{IP: "10.1.0.2"}}}}}
+			in.Members = []Member{m}
+		}, "but the hub holds 2 endpoint(s) from east for shop/cart"},
+		{"exported as assumed, member healthy, yet the hub holds nothing", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			in.Members, in.Import = []Member{m}, nil
+		}, "pending: the hub holds no slices of this cluster yet (is the daemon running, and leading?); but the daemon renews east's Lease and the hub holds nothing from it for shop/cart: if this lasts, the daemon's configuration may differ"},
+		{"not exported and nothing in the hub: consistent", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Export, m.HubSlices = nil, nil
+			in.Members, in.Import = []Member{m}, nil
+		}, ""},
+		{"imported: consistent", func(in *Input) { in.Members = []Member{healthy("east", 80, time.Hour)} }, ""},
+		{"pending without a Lease: no claim", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices, m.Lease = nil, nil
+			in.Members, in.Import = []Member{m}, nil
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.mutate(&in)
+			row := Build(in).Members[0]
+			if tc.want == "" {
+				if row.Contradicted || strings.Contains(row.Verdict, "may differ") {
+					t.Errorf("verdict %q flagged as contradicted", row.Verdict)
+				}
+				return
+			}
+			if !row.Contradicted || !strings.Contains(row.Verdict, tc.want) {
+				t.Errorf("verdict %q (contradicted %v), want it to contain %q", row.Verdict, row.Contradicted, tc.want)
+			}
+		})
+	}
+}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -143,6 +144,10 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 			if st.derived == nil || st.derived.Spec.ClusterIP == "" {
 				return fmt.Errorf("derived Service missing or without ClusterIP")
 			}
+			// The configuration the daemon publishes, as the chart's values say.
+			if c, err := daemonconfig.Read(ctx, e.hub.Client.CoreV1(), daemonNamespace); err != nil || c == nil || c.Flags["export-mode"] != "annotation" {
+				return fmt.Errorf("published configuration %+v (%v), want export-mode annotation", c, err)
+			}
 			// The Leases the Role is for: leader election, member liveness.
 			for _, name := range []string{chartRelease, easync.MemberLeasePrefix + "east", easync.MemberLeasePrefix + "west"} {
 				if _, err := e.hub.Client.CoordinationV1().Leases(daemonNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -238,6 +243,10 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 			{appNamespace, "", "pods", "", "create", false},
 			{appNamespace, "", "services", "status", "update", false},
 			{appNamespace, "", "configmaps", "", "get", false},
+			{daemonNamespace, "", "configmaps", "", "create", true},
+			{daemonNamespace, "", "configmaps", "", "list", false},
+			{daemonNamespace, "", "configmaps", "", "delete", false},
+			{daemonNamespace, "", "configmaps", "", "update", false}, // only its own, by name
 			{daemonNamespace, "apps", "deployments", "", "update", false},
 			{"", "rbac.authorization.k8s.io", "clusterroles", "", "bind", false},
 			{"", "", "users", "", "impersonate", false},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
@@ -155,10 +156,13 @@ func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
 				t.Errorf("the dry run does not list Lease %s", l)
 			}
 		}
-		if !r.DryRun || len(r.Objects) != len(before)+5 || r.Counts["Lease"] != 5 || r.Counts["EndpointSlice"] != 3 {
+		if !listed["ConfigMap/"+daemonNamespace+"/"+daemonconfig.Name] {
+			t.Errorf("the dry run does not list the daemon's published configuration")
+		}
+		if !r.DryRun || len(r.Objects) != len(before)+6 || r.Counts["Lease"] != 5 || r.Counts["EndpointSlice"] != 3 || r.Counts["ConfigMap"] != 1 {
 			t.Errorf("dry run report: %d objects, counts %v", len(r.Objects), r.Counts)
 		}
-		if !strings.Contains(stderr, "Dry run: would delete 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases. Nothing was deleted.") {
+		if !strings.Contains(stderr, "Dry run: would delete 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases, 1 ConfigMap. Nothing was deleted.") {
 			t.Errorf("stderr:\n%s", stderr)
 		}
 		if after := e.ourObjects(t); !equalObjects(before, after) || !slices.Equal(leases(), leasesBefore) {
@@ -179,6 +183,9 @@ func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
 		if l := leases(); len(l) > 0 {
 			t.Errorf("Leases left: %v", l)
 		}
+		if _, err := e.hub.Client.CoreV1().ConfigMaps(daemonNamespace).Get(ctx, daemonconfig.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the daemon's published configuration: %v, want it deleted", err)
+		}
 		if _, err := e.hub.Client.CoreV1().Services(appNamespace).Get(ctx, "cart-west", metav1.GetOptions{}); err != nil {
 			t.Errorf("the user's Service cart-west: %v", err)
 		}
@@ -190,7 +197,7 @@ func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
 				t.Errorf("registration Secret %s: %v", s, err)
 			}
 		}
-		if !strings.Contains(stderr, "Deleted 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases.") {
+		if !strings.Contains(stderr, "Deleted 3 EndpointSlices, 2 Endpoints, 4 Services, 2 ServiceImports, 5 Leases, 1 ConfigMap.") {
 			t.Errorf("stderr:\n%s", stderr)
 		}
 		_, stderr, err = cleanup()
@@ -288,6 +295,9 @@ func TestChartCleanupHookRBACIsEnough(t *testing.T) {
 	if err != nil || len(list.Items) > 0 {
 		t.Errorf("Leases left: %v (%v)", list.Items, err)
 	}
+	if _, err := e.hub.Client.CoreV1().ConfigMaps(daemonNamespace).Get(ctx, daemonconfig.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the daemon's published configuration: %v, want it deleted", err)
+	}
 	if _, err := e.hub.Client.CoreV1().Secrets(daemonNamespace).Get(ctx, "east", metav1.GetOptions{}); err != nil {
 		t.Errorf("registration Secret: %v", err)
 	}
@@ -303,6 +313,7 @@ func TestChartCleanupHookRBACIsEnough(t *testing.T) {
 		{appNamespace, "", "services", "", "update"},
 		{"", "", "namespaces", "", "delete"},
 		{appNamespace, "coordination.k8s.io", "leases", "", "delete"},
+		{daemonNamespace, "", "configmaps", "other", "delete"},
 	} {
 		if cliAllowedAs(t, e, hookUser, tc.ns, tc.group, tc.resource, tc.name, tc.verb) {
 			t.Errorf("the hook may %s %s/%s %q in namespace %q", tc.verb, tc.group, tc.resource, tc.name, tc.ns)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,6 +35,9 @@ type cleanupOptions struct {
 	// For tests: the clock, and how often waits poll.
 	now  func() time.Time
 	poll time.Duration
+	// flags are the command's: --leader-election-id, when not given, is
+	// the one the daemon published. nil in tests.
+	flags *pflag.FlagSet
 }
 
 func newCleanupCommand() *cobra.Command {
@@ -58,6 +62,9 @@ endpoints before names:
                   member fence Leases of sharing replicas (label
                   endpoint-aggregator.io/shard), in the daemon's
                   namespace (--namespace)
+  ConfigMap       endpoint-aggregator-config in that namespace: the
+                  configuration the daemon published (same label); its
+                  --leader-election-id is used unless the flag is given
 An object without the label is never touched, even where its name is one the
 daemon would use (a user's own cart-east Service stays). Left in place too:
 the registration Secrets (they are yours: "endpoint-aggregator unregister"
@@ -81,6 +88,7 @@ pre-delete hook (cleanup.onUninstall) runs cleanup that way.`,
 
 func (o *cleanupOptions) addFlags(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	o.flags = fs
 	o.kube.addFlags(fs)
 	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context, unless --in-cluster.")
 	fs.BoolVar(&o.InCluster, "in-cluster", o.InCluster, "Reach the hub with the pod's ServiceAccount instead of a kubeconfig (the chart's hook).")
@@ -161,6 +169,7 @@ func (o *cleanupOptions) cleanup(ctx context.Context, hub *cliClients, out, errO
 	}
 	deadline := now().Add(o.Wait)
 	ns := o.kube.Namespace
+	useDaemonConfig(ctx, hub, ns, o.flags, errOut)
 	if o.DeleteDeployment != "" {
 		if o.DryRun {
 			fmt.Fprintf(errOut, "Dry run: would delete deployment/%s in namespace %s and wait for its pods to stop.\n", o.DeleteDeployment, ns)

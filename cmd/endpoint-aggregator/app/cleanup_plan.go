@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
@@ -30,16 +31,18 @@ var (
 
 // The kinds cleanup deletes, in the order it deletes them: endpoints before
 // the Services that route them, the ServiceImports DNS answers from after
-// their Services, the Leases that tell a running daemon last.
+// their Services, the Leases that tell a running daemon, and last the
+// configuration it published.
 const (
 	kindSlice         = "EndpointSlice"
 	kindEndpoints     = "Endpoints"
 	kindService       = "Service"
 	kindServiceImport = "ServiceImport"
 	kindLease         = "Lease"
+	kindConfigMap     = "ConfigMap"
 )
 
-var cleanupOrder = []string{kindSlice, kindEndpoints, kindService, kindServiceImport, kindLease}
+var cleanupOrder = []string{kindSlice, kindEndpoints, kindService, kindServiceImport, kindLease, kindConfigMap}
 
 // Results of a cleanup object.
 const (
@@ -144,6 +147,15 @@ func listCleanup(ctx context.Context, hub *cliClients, ns, leaderLease string) (
 			add(kindLease, l, "leader election")
 		}
 	}
+	// The daemon's published configuration, known by name.
+	cm, err := hub.kube.CoreV1().ConfigMaps(ns).Get(ctx, daemonconfig.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, fmt.Errorf("getting the daemon's configuration, ConfigMap %s/%s: %w", ns, daemonconfig.Name, err)
+	case cm.Labels[endpoints.LabelManagedBy] == endpoints.ManagedByValue:
+		add(kindConfigMap, cm, "configuration")
+	}
 	sortCleanup(plan)
 	return plan, nil
 }
@@ -186,6 +198,8 @@ func deleteCleanup(ctx context.Context, hub *cliClients, plan []cleanupObject) [
 			err = hub.mcs.MulticlusterV1beta1().ServiceImports(o.Namespace).Delete(ctx, o.Name, opts)
 		case kindLease:
 			err = hub.kube.CoordinationV1().Leases(o.Namespace).Delete(ctx, o.Name, opts)
+		case kindConfigMap:
+			err = hub.kube.CoreV1().ConfigMaps(o.Namespace).Delete(ctx, o.Name, opts)
 		default:
 			err = fmt.Errorf("unknown kind %s", o.Kind)
 		}

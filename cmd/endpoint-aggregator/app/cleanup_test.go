@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
@@ -71,12 +73,21 @@ func cleanupHub() (kube []runtime.Object, mcs []runtime.Object) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseDurationSeconds: ptr.To[int32](1), RenewTime: &metav1.MicroTime{Time: cleanupNow.Add(-time.Minute)}}},
 		&coordinationv1.Lease{ObjectMeta: cleanupMeta(cleanupNS, "someone-elses", nil)},
 		&corev1.Secret{ObjectMeta: cleanupMeta(cleanupNS, "east", map[string]string{clusters.LabelMemberCluster: clusters.MemberClusterValue})},
+		cleanupPublished("endpoint-aggregator"),
 	}
 	mcs = []runtime.Object{
 		&mcsv1beta1.ServiceImport{ObjectMeta: cleanupMeta("shop", "cart", ours)},
 		&mcsv1beta1.ServiceImport{ObjectMeta: cleanupMeta("shop", "legacy", nil)},
 	}
 	return kube, mcs
+}
+
+// cleanupPublished is the configuration a daemon published, with its
+// leader election Lease.
+func cleanupPublished(leaderLease string) *corev1.ConfigMap {
+	c := daemonconfig.Config{Version: "v1", Flags: map[string]string{"namespace": cleanupNS, "leader-election-id": leaderLease}}.ConfigMap(cleanupNS)
+	c.UID = types.UID(cleanupNS + "/" + c.Name)
+	return c
 }
 
 type cleanupFixture struct {
@@ -142,6 +153,7 @@ func TestCleanupDeletesOnlyLabelledObjectsEndpointsFirst(t *testing.T) {
 		"delete serviceimports shop/cart",
 		"delete leases " + cleanupNS + "/endpoint-aggregator",
 		"delete leases " + cleanupNS + "/" + easync.MemberLeasePrefix + "east",
+		"delete configmaps " + cleanupNS + "/" + daemonconfig.Name,
 	}
 	if got := f.writes(); !slices.Equal(got, want) {
 		t.Errorf("writes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -191,7 +203,7 @@ func TestCleanupDeletesOnlyLabelledObjectsEndpointsFirst(t *testing.T) {
 	if !slices.Equal(kinds, cleanupOrder) {
 		t.Errorf("table kinds in order %v, want %v", kinds, cleanupOrder)
 	}
-	for _, s := range []string{"Deleted 2 EndpointSlices, 1 Endpoints, 2 Services, 1 ServiceImport, 2 Leases.", "registration Secrets", "--create-namespaces", "without the label app.kubernetes.io/managed-by=endpoint-aggregator"} {
+	for _, s := range []string{"Deleted 2 EndpointSlices, 1 Endpoints, 2 Services, 1 ServiceImport, 2 Leases, 1 ConfigMap.", "registration Secrets", "--create-namespaces", "without the label app.kubernetes.io/managed-by=endpoint-aggregator"} {
 		if !strings.Contains(stderr, s) {
 			t.Errorf("stderr lacks %q:\n%s", s, stderr)
 		}
@@ -222,8 +234,8 @@ func TestCleanupDryRunWritesNothing(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}
-	want := map[string]int{kindSlice: 2, kindEndpoints: 1, kindService: 2, kindServiceImport: 1, kindLease: 2}
-	if !r.DryRun || len(r.Objects) != 8 || !maps.Equal(r.Counts, want) || r.Objects[0].Result != resultWouldDelete {
+	want := map[string]int{kindSlice: 2, kindEndpoints: 1, kindService: 2, kindServiceImport: 1, kindLease: 2, kindConfigMap: 1}
+	if !r.DryRun || len(r.Objects) != 9 || !maps.Equal(r.Counts, want) || r.Objects[0].Result != resultWouldDelete {
 		t.Errorf("report %+v, want counts %v", r, want)
 	}
 	if !strings.Contains(stderr, "Dry run: would delete 2 EndpointSlices") || !strings.Contains(stderr, "would delete deployment/endpoint-aggregator") {
@@ -258,8 +270,8 @@ func TestCleanupRefusesWhileADaemonRuns(t *testing.T) {
 		want   string
 		writes int // with --force
 	}{
-		{"the leader Lease is held", cleanupHeldLeader(cleanupNow.Add(-3 * time.Second)), "leader election Lease endpoint-aggregator/endpoint-aggregator is held by pod-1_abc (renewed 3s ago, for 15s)", 8},
-		{"a member Lease is fresh", cleanupMemberLease(cleanupNow.Add(-10 * time.Second)), "member Lease endpoint-aggregator/endpoint-aggregator-member-west was renewed 10s ago (for 40s)", 9},
+		{"the leader Lease is held", cleanupHeldLeader(cleanupNow.Add(-3 * time.Second)), "leader election Lease endpoint-aggregator/endpoint-aggregator is held by pod-1_abc (renewed 3s ago, for 15s)", 9},
+		{"a member Lease is fresh", cleanupMemberLease(cleanupNow.Add(-10 * time.Second)), "member Lease endpoint-aggregator/endpoint-aggregator-member-west was renewed 10s ago (for 40s)", 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube, mcs := cleanupHub()
@@ -299,7 +311,7 @@ func TestCleanupWaitsForTheLeasesToLapse(t *testing.T) {
 	clock := cleanupNow
 	now := func() time.Time { clock = clock.Add(time.Second); return clock }
 	_, stderr, err := f.run(t, &cleanupOptions{HubContext: "hub", LeaderElectionID: "endpoint-aggregator", Wait: time.Minute, now: now, poll: time.Millisecond})
-	if err != nil || len(f.writes()) != 9 {
+	if err != nil || len(f.writes()) != 10 {
 		t.Fatalf("err %v, writes %v\n%s", err, f.writes(), stderr)
 	}
 	if clock.Sub(cleanupNow) > 20*time.Second {
@@ -331,7 +343,7 @@ func TestCleanupDeletesTheDeploymentFirstAndWaitsForIt(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 	w := f.writes()
-	if len(w) != 9 || w[0] != "delete deployments "+cleanupNS+"/endpoint-aggregator" || propagation != metav1.DeletePropagationForeground {
+	if len(w) != 10 || w[0] != "delete deployments "+cleanupNS+"/endpoint-aggregator" || propagation != metav1.DeletePropagationForeground {
 		t.Errorf("writes %v, propagation %q: want the Deployment deleted first, in the foreground", w, propagation)
 	}
 
@@ -368,7 +380,7 @@ func TestCleanupWithoutServiceImportCRDAndRaces(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
-	if !strings.Contains(stdout, resultReplaced) || strings.Contains(stdout, kindServiceImport) || !strings.Contains(stderr, "Deleted 2 EndpointSlices, 1 Endpoints, 1 Service, 2 Leases.") {
+	if !strings.Contains(stdout, resultReplaced) || strings.Contains(stdout, kindServiceImport) || !strings.Contains(stderr, "Deleted 2 EndpointSlices, 1 Endpoints, 1 Service, 2 Leases, 1 ConfigMap.") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
 
@@ -380,5 +392,50 @@ func TestCleanupWithoutServiceImportCRDAndRaces(t *testing.T) {
 	_, _, err = f.run(t, &cleanupOptions{HubContext: "hub"})
 	if err == nil || !strings.Contains(err.Error(), "listing Endpoints") || !strings.Contains(err.Error(), "nothing was deleted") || len(f.writes()) > 0 {
 		t.Errorf("err %v, writes %v", err, f.writes())
+	}
+}
+
+// cleanupWithFlags is cleanupOptions as the command line sets them.
+func cleanupWithFlags(t *testing.T, args ...string) *cleanupOptions {
+	t.Helper()
+	o := &cleanupOptions{kube: newKubeFlags(), Output: "table", LeaderElectionID: NewOptions().LeaderElectionID}
+	cmd := &cobra.Command{}
+	o.addFlags(cmd)
+	if err := cmd.Flags().Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestCleanupUsesTheLeaderLeaseTheDaemonPublished(t *testing.T) {
+	kube, mcs := cleanupHub()
+	held := cleanupHeldLeader(cleanupNow.Add(-3 * time.Second))
+	held.Name, held.UID = "release-lease", "held"
+	kube[len(kube)-1] = cleanupPublished("release-lease") // cleanupHub's last
+	kube = append(kube, held)
+
+	// Not given: the published Lease name, which a running daemon holds.
+	f := newCleanupFixture(kube, mcs)
+	_, stderr, err := f.run(t, cleanupWithFlags(t, "--hub-context=hub"))
+	if err == nil || !strings.Contains(err.Error(), "leader election Lease endpoint-aggregator/release-lease is held by pod-1_abc") || len(f.writes()) > 0 {
+		t.Errorf("err %v, writes %v\n%s", err, f.writes(), stderr)
+	}
+	if strings.Contains(stderr, "Warning") {
+		t.Errorf("warned with nothing to warn about:\n%s", stderr)
+	}
+
+	// Given and different: the given one wins, with a warning.
+	f = newCleanupFixture(kube, mcs)
+	_, stderr, err = f.run(t, cleanupWithFlags(t, "--hub-context=hub", "--leader-election-id=endpoint-aggregator", "--dry-run"))
+	if err != nil || !strings.Contains(stderr, "Warning: --leader-election-id=endpoint-aggregator given, but the daemon runs with --leader-election-id=release-lease") {
+		t.Errorf("err %v\n%s", err, stderr)
+	}
+
+	// Nothing published: the default, said once.
+	kube, mcs = cleanupHub()
+	f = newCleanupFixture(kube[:len(kube)-1], mcs)
+	_, stderr, err = f.run(t, cleanupWithFlags(t, "--hub-context=hub", "--dry-run"))
+	if err != nil || strings.Count(stderr, "the daemon publishes no configuration") != 1 {
+		t.Errorf("err %v\n%s", err, stderr)
 	}
 }

@@ -236,6 +236,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.serveHTTP(ctx, &wg, errc); err != nil {
 		return err
 	}
+	wg.Go(func() { d.publishConfig(ctx) })
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

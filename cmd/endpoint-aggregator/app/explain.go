@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -60,6 +61,9 @@ type explainOptions struct {
 	AccessProviderFile       string
 
 	namespace, service string // the argument
+	// flags are the command's; those mirroring the daemon's take the
+	// values it published unless given.
+	flags *pflag.FlagSet
 }
 
 func newExplainCommand() *cobra.Command {
@@ -79,13 +83,18 @@ EndpointSlices and the export records on them). Unless --read-members=false,
 it also reads each member through its registration Secret, read-only: the
 Service, its EndpointSlices and its ServiceExport. It writes nothing.
 
-Verdicts depend on the daemon's configuration: pass the flags it runs with
-(--export-mode, --include-namespaces, --exclude-namespaces,
---create-namespaces, --per-cluster-services, --unreachable-grace,
---unreachable-withdraw, --hub-is-member, --hub-cluster-name,
---denied-endpoint-cidrs, --allowed-endpoint-cidrs, --hub-service-cidrs).
-The hub's Service ranges are read from its ServiceCIDRs unless
---hub-service-cidrs is given.
+Verdicts depend on the daemon's configuration, which it publishes in the
+ConfigMap endpoint-aggregator-config of its namespace: explain takes the
+flags below from there (--export-mode, --include-namespaces,
+--exclude-namespaces, --create-namespaces, --per-cluster-services,
+--unreachable-grace, --unreachable-withdraw, --hub-is-member,
+--hub-cluster-name, --denied-endpoint-cidrs, --allowed-endpoint-cidrs,
+--hub-service-cidrs, --cluster-profile-namespaces, --cluster-manager). A flag
+given explicitly wins, with a warning when it differs; with nothing
+published (an older daemon), the defaults below are assumed. The hub's
+Service ranges are read from its ServiceCIDRs unless --hub-service-cidrs is
+set. A verdict the hub's objects contradict (not exported, yet the hub holds
+endpoints of that member) says so.
 
 One row per registered member, then the ServiceImport, then one verdict per
 member, e.g.:
@@ -104,6 +113,7 @@ member, e.g.:
 			if err := o.validate(); err != nil {
 				return err
 			}
+			o.flags = cmd.Flags()
 			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -166,11 +176,17 @@ func (o *explainOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	daemon := useDaemonConfig(ctx, hub, o.kube.Namespace, o.flags, errOut)
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("the daemon's flags (%s): %w", daemon.Source, err)
+	}
 	in, err := o.read(ctx, hub, func(format string, args ...any) { fmt.Fprintf(errOut, "Warning: "+format+"\n", args...) })
 	if err != nil {
 		return err
 	}
-	return printExplanation(out, o.Output, explain.Build(in))
+	r := explain.Build(in)
+	r.DaemonConfig = daemon.Source
+	return printExplanation(out, o.Output, r)
 }
 
 // read gathers what explain needs; warn reports what could not be read.
@@ -489,6 +505,9 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 	}
 	for _, u := range r.UnreadableRecords {
 		fmt.Fprintf(w, "  unreadable export record, the merge waits for its member's sync to rewrite it: %s\n", u)
+	}
+	if r.DaemonConfig != "" {
+		fmt.Fprintf(w, "\nThe daemon's configuration: %s\n", r.DaemonConfig)
 	}
 	fmt.Fprintln(w, "\nVerdicts:")
 	for _, m := range r.Members {

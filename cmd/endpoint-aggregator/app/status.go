@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -79,7 +80,10 @@ or a member that is being withdrawn).
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
   LAST ERROR         the message of the latest Warning Event, if not
                      resolved since (full text with -o json or -o yaml).
-  AGE                age of the registration Secret.`,
+  AGE                age of the registration Secret.
+
+Before the table, on stderr, the daemon's version and main flags, from the
+configuration it publishes (ConfigMap endpoint-aggregator-config).`,
 		Example: `  endpoint-aggregator status --hub-context hub
   endpoint-aggregator status --hub-context hub -n endpoint-aggregator -o json`,
 	})
@@ -89,6 +93,11 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	hub, err := o.kube.clients(o.HubContext)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
+	}
+	// status has no flag of the daemon's to fill in: it only shows them,
+	// and says nothing when none are published.
+	if c, err := daemonconfig.Read(ctx, hub.kube.CoreV1(), o.kube.Namespace); err == nil && c != nil {
+		fmt.Fprintln(errOut, daemonSummary(daemonFlags{Config: c, Source: "ConfigMap " + o.kube.Namespace + "/" + daemonconfig.Name}))
 	}
 	in, err := listStatusInput(ctx, hub, o.kube.Namespace, func(what string, err error) {
 		fmt.Fprintf(errOut, "Warning: listing %s: %v; the table may be incomplete\n", what, err)
@@ -182,4 +191,23 @@ func withKey(selector, key string) string {
 		return selector
 	}
 	return selector + "," + r.String()
+}
+
+// statusDaemonFlags are the published flags status shows, in this order.
+var statusDaemonFlags = []string{"export-mode", "include-namespaces", "exclude-namespaces", "per-cluster-services",
+	"hub-is-member", "hub-cluster-name", "unreachable-grace", "unreachable-withdraw", "shard-members"}
+
+// daemonSummary is one line on the daemon's published configuration.
+func daemonSummary(d daemonFlags) string {
+	var flags []string
+	for _, k := range statusDaemonFlags {
+		if v, ok := d.Config.Flags[k]; ok && (k != "hub-cluster-name" || d.Config.Flags["hub-is-member"] == "true") {
+			flags = append(flags, "--"+k+"="+v)
+		}
+	}
+	version := d.Config.Version
+	if version == "" {
+		version = "(unknown version)"
+	}
+	return fmt.Sprintf("Daemon %s runs with %s (%s).", version, strings.Join(flags, " "), d.Source)
 }

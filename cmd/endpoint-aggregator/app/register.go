@@ -269,7 +269,7 @@ func (o *registerOptions) dryRun(ctx context.Context, hub, member *cliClients, n
 		}
 		_ = c.report(what, err)
 		what = fmt.Sprintf("member %s: token", o.MemberContext)
-		source, err := o.dryRunTokenSource(ctx, member, identity)
+		source, err := o.dryRunTokenSource(ctx, member, identity, kubeconfigToken(pre.existingKubeconfig()))
 		if err != nil {
 			err = fmt.Errorf("member %s: %w", o.MemberContext, err)
 		} else {
@@ -324,20 +324,28 @@ func (o *registerOptions) dryRun(ctx context.Context, hub, member *cliClients, n
 }
 
 // dryRunTokenSource says where a real run would take the member token
-// from, and checks that it may.
-func (o *registerOptions) dryRunTokenSource(ctx context.Context, member *cliClients, id *memberIdentity) (string, error) {
+// from (see memberToken), and checks that it may. previous is the token of
+// the current registration, or "".
+func (o *registerOptions) dryRunTokenSource(ctx context.Context, member *cliClients, id *memberIdentity, previous string) (string, error) {
 	ns, secretName := id.tokenSecret.GetNamespace(), id.tokenSecret.GetName()
 	s, err := member.kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	var source string
 	switch {
 	case err == nil && len(s.Data[corev1.ServiceAccountTokenKey]) > 0:
 		return fmt.Sprintf("from secret %s/%s", ns, secretName), nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("reading token secret %s/%s: %w", ns, secretName, err)
+	case previous != "":
+		source = "the registered one while it works and is not due for renewal, else one from the TokenRequest API"
+	case err != nil:
+		source = fmt.Sprintf("from secret %s/%s if the token controller fills it within --token-wait, else from the TokenRequest API", ns, secretName)
+	default:
+		source = fmt.Sprintf("from the TokenRequest API (secret %s/%s is empty)", ns, secretName)
 	}
 	if err := mayDo(ctx, member.kube, "create", "", "serviceaccounts", "token", ns); err != nil {
-		return "", fmt.Errorf("token secret %s/%s has no token yet, and the TokenRequest API would be needed: %w", ns, secretName, err)
+		return "", fmt.Errorf("a token from the TokenRequest API may be needed: %w", err)
 	}
-	return fmt.Sprintf("from secret %s/%s once the token controller fills it, else kept from the current registration or from the TokenRequest API", ns, secretName), nil
+	return source, nil
 }
 
 // registrationFor returns the hub Secret that would register name, or nil.

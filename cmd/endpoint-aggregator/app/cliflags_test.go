@@ -77,21 +77,53 @@ func TestOperatorCommandFlags(t *testing.T) {
 	}
 }
 
-func TestRegisterDryRunContactsNoCluster(t *testing.T) {
-	kubeconfig := writeTestKubeconfig(t)
+// TestRegisterDryRunRunsTheChecks: --dry-run contacts the hub and the
+// member as a real run does; when neither answers, it says which checks
+// failed and which could not run, still lists what it would apply, prints
+// no Secret, and fails as a real run would.
+func TestRegisterDryRunRunsTheChecks(t *testing.T) {
+	kubeconfig := writeTestKubeconfigWithoutCA(t)
 	stdout, stderr, err := runCLICommand(t, "register", "--kubeconfig", kubeconfig, "--member-context", "east", "--hub-context", "hub",
 		"--dry-run", "--read-only", "--member-server", "https://east.example:6443", "-n", "aggregator")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
+	if err == nil || !strings.Contains(err.Error(), "a real run would fail: hub hub: reading secret aggregator/east:") {
+		t.Errorf("error %v, want the hub's failure", err)
 	}
-	for _, want := range []string{"name: east", "namespace: aggregator", "endpoint-aggregator.io/member-cluster: \"true\"", "server: https://east.example:6443", "token: <token of ServiceAccount endpoint-aggregator-member/endpoint-aggregator-member>"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("dry-run output lacks %q:\n%s", want, stdout)
+	for _, want := range []string{
+		`check hub hub: cluster name "east": FAILED: hub hub: reading secret aggregator/east:`,
+		"check member east: reachable: FAILED: member east: reading namespace kube-system:",
+		`check hub hub: not registered under another name, "east" not re-pointed: not run: needs the hub and the member`,
+		"check member east: may apply the member identity: not run: the member does not answer",
+		"member east: would apply clusterrole.rbac.authorization.k8s.io/endpoint-aggregator-member",
+		"check hub hub: may write secret/east (namespace aggregator): not run",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("dry-run stderr lacks %q:\n%s", want, stderr)
 		}
 	}
-	if !strings.Contains(stderr, "would apply clusterrole.rbac.authorization.k8s.io/endpoint-aggregator-member") {
-		t.Errorf("dry-run stderr:\n%s", stderr)
+	if stdout != "" {
+		t.Errorf("a failed dry run printed a Secret:\n%s", stdout)
 	}
+}
+
+// writeTestKubeconfigWithoutCA is writeTestKubeconfig without east's
+// (unparsable) CA data, so that clients can be built for both contexts.
+func writeTestKubeconfigWithoutCA(t *testing.T) string {
+	t.Helper()
+	path := writeTestKubeconfig(t)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, "certificate-authority-data:") {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestRegisterClusterNameDefault(t *testing.T) {
@@ -192,12 +224,10 @@ func TestCLIPrintsEachAPIWarningOnce(t *testing.T) {
 // commands use the kubeconfig's current context, as kubectl does, and say
 // so clearly when there is none.
 func TestHubContextDefaultsToTheCurrentContext(t *testing.T) {
-	kubeconfig := writeTestKubeconfig(t) // current-context: hub
-	_, stderr, err := runCLICommand(t, "register", "--kubeconfig", kubeconfig, "--member-context", "east", "--dry-run", "--member-server", "https://east.example:6443")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
-	}
-	if !strings.Contains(stderr, "hub hub: would create namespace") {
+	kubeconfig := writeTestKubeconfigWithoutCA(t) // current-context: hub
+	// No cluster answers: the dry run fails, after checking the hub.
+	_, stderr, _ := runCLICommand(t, "register", "--kubeconfig", kubeconfig, "--member-context", "east", "--dry-run", "--member-server", "https://east.example:6443")
+	if !strings.Contains(stderr, "check hub hub: cluster name") {
 		t.Errorf("register --dry-run without --hub-context did not use the current context hub:\n%s", stderr)
 	}
 

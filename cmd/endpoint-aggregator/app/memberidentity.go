@@ -217,29 +217,54 @@ func identityResource(dc dynamic.Interface, o *unstructured.Unstructured) dynami
 // created, configured or unchanged. A second run writes nothing: the
 // apiserver does not persist an apply that changes nothing.
 // The result is keyed by identityKey.
-func (m *memberIdentity) apply(ctx context.Context, dc dynamic.Interface, report func(ref, result string)) (map[string]string, error) {
+//
+// With dryRun the applies are server-side dry runs, which persist nothing
+// but pass authorization and admission like a real apply, and the results
+// say what a real run would do. An object in a namespace that does not exist
+// yet cannot be dry-run: only the permission to create it is checked.
+func (m *memberIdentity) apply(ctx context.Context, c *cliClients, dryRun bool, report func(ref, result string)) (map[string]string, error) {
 	results := map[string]string{}
+	newNamespaces := map[string]bool{} // namespaces a dry run would create
 	for _, o := range m.objects {
-		ri := identityResource(dc, o)
+		ref := identityObjectRef(o)
+		ri := identityResource(c.dynamic, o)
 		before, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading %s: %w", identityObjectRef(o), err)
+			return nil, fmt.Errorf("reading %s: %w", ref, err)
+		}
+		if apierrors.IsNotFound(err) {
+			before = nil
 		}
 		if before != nil && before.GetDeletionTimestamp() != nil {
-			return nil, fmt.Errorf("%s is being deleted; wait until it is gone and run register again", identityObjectRef(o))
+			return nil, fmt.Errorf("%s is being deleted; wait until it is gone and run register again", ref)
 		}
-		after, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: cliFieldManager, Force: true})
+		if dryRun && newNamespaces[o.GetNamespace()] {
+			kind := memberKinds[o.GetKind()]
+			if err := mayDo(ctx, c.kube, "create", kind.gvr.Group, kind.gvr.Resource, "", o.GetNamespace()); err != nil {
+				return nil, fmt.Errorf("applying %s: %w", ref, err)
+			}
+			result := "would be created (its namespace does not exist yet: only the permission was checked)"
+			report(ref, result)
+			results[identityKey(o)] = result
+			continue
+		}
+		after, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: cliFieldManager, Force: true, DryRun: dryRunOption(dryRun)})
 		if err != nil {
-			return nil, fmt.Errorf("applying %s: %w", identityObjectRef(o), err)
+			return nil, fmt.Errorf("applying %s: %w", ref, err)
 		}
 		result := "unchanged"
 		switch {
+		case dryRun:
+			result = dryRunResult(before, after)
+			if before == nil && o.GetKind() == "Namespace" {
+				newNamespaces[o.GetName()] = true
+			}
 		case before == nil:
 			result = "created"
 		case before.GetResourceVersion() != after.GetResourceVersion():
 			result = "configured"
 		}
-		report(identityObjectRef(o), result)
+		report(ref, result)
 		results[identityKey(o)] = result
 	}
 	return results, nil

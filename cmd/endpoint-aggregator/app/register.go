@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,7 +57,7 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member, a DNS-1123 label; also the registration Secret's name. Default: the member context's name.")
 	fs.StringVar(&o.MemberServer, "member-server", o.MemberServer, "URL at which the hub reaches the member's apiserver. Default: the server of the member context.")
 	fs.BoolVar(&o.ReadOnly, "read-only", o.ReadOnly, "Grant only get/list/watch in the member: no patch/update of serviceexports/status (the daemon then cannot write ServiceExport conditions).")
-	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Change nothing anywhere: print the registration Secret (token replaced by a placeholder) to stdout and the member objects that would be applied to stderr.")
+	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Change nothing anywhere: run every check of a real run against the hub and the member, print each verdict and what would be applied to stderr and the registration Secret (token replaced by a placeholder) to stdout; fail when a real run would.")
 	fs.BoolVar(&o.Force, "force", o.Force, "Re-point a registered --name at another API server.")
 	fs.BoolVar(&o.AllowDuplicate, "allow-duplicate", o.AllowDuplicate, "Register an API server that is already registered under another name (its endpoints are then imported twice).")
 	fs.DurationVar(&o.TokenWait, "token-wait", o.TokenWait, "How long to wait for the token controller to fill a newly created ServiceAccount token Secret before asking the TokenRequest API instead.")
@@ -137,9 +136,21 @@ Such a token expires: run register again before then. A later run keeps a
 token that still works and renews it once less than a third of its lifetime
 is left.
 
+Before it writes anything, register checks the hub and the member: the
+name is free or already this member's; the member answers; the member is
+not registered under another name already, neither by server URL and CA
+nor by the UID of its kube-system namespace, which register records on the
+Secret (annotation endpoint-aggregator.io/kube-system-uid), unless
+--allow-duplicate; and an existing name is not moved to another cluster
+unless --force.
+
 Running register again changes nothing when nothing changed: the member
 objects are server-side applied, and the hub Secret is only written when its
-content differs. --dry-run contacts no cluster and creates nothing anywhere.`,
+content differs.
+
+--dry-run runs the same checks, and the writes as server-side dry runs
+(persisting nothing), or as access reviews where a namespace would have to
+be created first. It prints each verdict, and fails when a real run would.`,
 		Example: `  # Register context east as member "east" of the hub in context hub:
   endpoint-aggregator register --member-context east --hub-context hub
 
@@ -169,10 +180,6 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if o.DryRun {
-		return o.dryRun(name, identity, ep, out, errOut)
-	}
-
 	member, err := newCLIClients(o.MemberContext, memberCfg)
 	if err != nil {
 		return err
@@ -183,26 +190,28 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	}
 	ns := o.kube.Namespace
 
-	// Check the hub first, so that a conflict changes nothing in the member.
-	existing, all, err := registrationFor(ctx, hub, ns, name)
+	// Check the hub and the member first, reading only, so that a refused
+	// registration changes nothing anywhere.
+	c := &checks{w: errOut, all: o.DryRun}
+	pre, err := o.preflight(ctx, hub, member, name, ep, c)
 	if err != nil {
 		return err
 	}
-	if err := serverConflict(name, ep, existing, all, o.Force, o.AllowDuplicate); err != nil {
-		return fmt.Errorf("hub %s: %w", o.HubContext, err)
+	if o.DryRun {
+		return o.dryRun(ctx, hub, member, name, identity, ep, pre, c, out, errOut)
 	}
 
 	report := func(ref, result string) {
 		fmt.Fprintf(out, "member %s: %s %s\n", o.MemberContext, ref, result)
 	}
-	applied, err := identity.apply(ctx, member.dynamic, report)
+	applied, err := identity.apply(ctx, member, false, report)
 	if err != nil {
 		return fmt.Errorf("member %s: %w", o.MemberContext, err)
 	}
 	tokenSecretCreated := applied[identityKey(identity.tokenSecret)] == "created"
 	var previous string
-	if existing != nil {
-		previous = kubeconfigToken(existing.Data[clusters.KubeconfigKey])
+	if pre.existing != nil {
+		previous = kubeconfigToken(pre.existing.Data[clusters.KubeconfigKey])
 	}
 	token, tokenCA, err := o.memberToken(ctx, member, identity, tokenSecretCreated, previous, out, errOut)
 	if err != nil {
@@ -219,16 +228,14 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	if len(ep.CAData) == 0 {
 		fmt.Fprintf(errOut, "Warning: no CA data for member %s (not in its context, the token Secret or kube-root-ca.crt); the daemon will verify %s against its system roots\n", o.MemberContext, ep.Server)
 	}
-	if _, err := member.kube.Discovery().ServerResourcesForGroupVersion(mcsv1beta1.GroupVersion.String()); apierrors.IsNotFound(err) {
-		fmt.Fprintf(errOut, "Note: member %s does not serve %s: apply config/crd to it if the daemon runs with --export-mode=serviceexport\n", o.MemberContext, mcsv1beta1.GroupVersion)
-	}
+	o.noteCRDs(member, errOut)
 
 	kubeconfig, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, token)
 	if err != nil {
 		return err
 	}
-	desired := registrationSecret(ns, name, kubeconfig)
-	result, err := writeRegistration(ctx, hub, existing, desired)
+	desired := registrationSecret(ns, name, kubeconfig, pre.uid)
+	result, err := writeRegistration(ctx, hub, pre.existing, desired, false)
 	if err != nil {
 		return fmt.Errorf("hub %s: %w", o.HubContext, err)
 	}
@@ -237,24 +244,108 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	return nil
 }
 
-func (o *registerOptions) dryRun(name string, identity *memberIdentity, ep memberEndpoint, out, errOut io.Writer) error {
-	for _, obj := range identity.objects {
-		fmt.Fprintf(errOut, "member %s: would apply %s\n", o.MemberContext, identityObjectRef(obj))
+// noteCRDs says when the member does not serve the mcs-api.
+func (o *registerOptions) noteCRDs(member *cliClients, errOut io.Writer) {
+	if _, err := member.kube.Discovery().ServerResourcesForGroupVersion(mcsv1beta1.GroupVersion.String()); apierrors.IsNotFound(err) {
+		fmt.Fprintf(errOut, "Note: member %s does not serve %s: apply config/crd to it if the daemon runs with --export-mode=serviceexport\n", o.MemberContext, mcsv1beta1.GroupVersion)
 	}
-	fmt.Fprintf(errOut, "hub %s: would create namespace %s if missing, and create or update secret/%s in it\n", o.HubContext, o.kube.Namespace, name)
+}
+
+// dryRun goes on from the preflight checks with every step of a real run
+// that can be checked without writing: server-side dry runs of the member
+// identity and of the hub Secret, and where the token would come from. It
+// prints each verdict and what a real run would do to errOut, and the
+// registration Secret (token replaced by a placeholder) to out, or fails
+// if a check failed.
+func (o *registerOptions) dryRun(ctx context.Context, hub, member *cliClients, name string, identity *memberIdentity, ep memberEndpoint, pre *preflight, c *checks, out, errOut io.Writer) error {
+	what := fmt.Sprintf("member %s: may apply the member identity", o.MemberContext)
+	if pre.memberOK {
+		report := func(ref, result string) {
+			fmt.Fprintf(errOut, "member %s: would apply %s: %s\n", o.MemberContext, ref, result)
+		}
+		_, err := identity.apply(ctx, member, true, report)
+		if err != nil {
+			err = fmt.Errorf("member %s: %w", o.MemberContext, err)
+		}
+		_ = c.report(what, err)
+		what = fmt.Sprintf("member %s: token", o.MemberContext)
+		source, err := o.dryRunTokenSource(ctx, member, identity, kubeconfigToken(pre.existingKubeconfig()))
+		if err != nil {
+			err = fmt.Errorf("member %s: %w", o.MemberContext, err)
+		} else {
+			what += " " + source
+		}
+		_ = c.report(what, err)
+		o.noteCRDs(member, errOut)
+	} else {
+		for _, obj := range identity.objects {
+			fmt.Fprintf(errOut, "member %s: would apply %s\n", o.MemberContext, identityObjectRef(obj))
+		}
+		c.skip(what, "the member does not answer")
+	}
 	if len(ep.CAData) == 0 {
 		fmt.Fprintf(errOut, "Note: the member context has no CA data; register would take it from the member's token Secret or kube-root-ca.crt\n")
 	}
+
 	kubeconfig, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, dryRunToken(identity))
 	if err != nil {
 		return err
 	}
-	data, err := secretYAML(registrationSecret(o.kube.Namespace, name, kubeconfig))
+	desired := registrationSecret(o.kube.Namespace, name, kubeconfig, pre.uid)
+	what = fmt.Sprintf("hub %s: may write secret/%s (namespace %s)", o.HubContext, name, o.kube.Namespace)
+	if pre.hubOK {
+		// Written (as a dry run) with the registered token, which a real
+		// run keeps while it works: the placeholder would always differ.
+		write := desired
+		if previous := kubeconfigToken(pre.existingKubeconfig()); previous != "" {
+			if kc, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, previous); err == nil {
+				write = registrationSecret(o.kube.Namespace, name, kc, pre.uid)
+			}
+		}
+		result, err := writeRegistration(ctx, hub, pre.existing, write, true)
+		if err != nil {
+			err = fmt.Errorf("hub %s: %w", o.HubContext, err)
+		} else {
+			fmt.Fprintf(errOut, "hub %s: secret/%s (namespace %s) %s\n", o.HubContext, name, o.kube.Namespace, result)
+		}
+		_ = c.report(what, err)
+	} else {
+		c.skip(what, "the hub's registrations could not be read")
+	}
+	if err := c.err(); err != nil {
+		return err
+	}
+	data, err := secretYAML(desired)
 	if err != nil {
 		return err
 	}
 	_, err = out.Write(data)
 	return err
+}
+
+// dryRunTokenSource says where a real run would take the member token
+// from (see memberToken), and checks that it may. previous is the token of
+// the current registration, or "".
+func (o *registerOptions) dryRunTokenSource(ctx context.Context, member *cliClients, id *memberIdentity, previous string) (string, error) {
+	ns, secretName := id.tokenSecret.GetNamespace(), id.tokenSecret.GetName()
+	s, err := member.kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	var source string
+	switch {
+	case err == nil && len(s.Data[corev1.ServiceAccountTokenKey]) > 0:
+		return fmt.Sprintf("from secret %s/%s", ns, secretName), nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("reading token secret %s/%s: %w", ns, secretName, err)
+	case previous != "":
+		source = "the registered one while it works and is not due for renewal, else one from the TokenRequest API"
+	case err != nil:
+		source = fmt.Sprintf("from secret %s/%s if the token controller fills it within --token-wait, else from the TokenRequest API", ns, secretName)
+	default:
+		source = fmt.Sprintf("from the TokenRequest API (secret %s/%s is empty)", ns, secretName)
+	}
+	if err := mayDo(ctx, member.kube, "create", "", "serviceaccounts", "token", ns); err != nil {
+		return "", fmt.Errorf("a token from the TokenRequest API may be needed: %w", err)
+	}
+	return source, nil
 }
 
 // registrationFor returns the hub Secret that would register name, or nil.
@@ -284,52 +375,38 @@ func registrationFor(ctx context.Context, hub *cliClients, ns, name string) (*co
 	return s, all.Items, nil
 }
 
-// serverConflict refuses a registration that would make the hub import one
-// API server twice (the same server and CA under another name), or silently
-// move a registered name to another API server.
-func serverConflict(name string, ep memberEndpoint, existing *corev1.Secret, all []corev1.Secret, force, allowDuplicate bool) error {
-	same := func(s *corev1.Secret) (string, bool) {
-		server, ca := kubeconfigServer(s.Data[clusters.KubeconfigKey])
-		return server, server != "" && normalServer(server) == normalServer(ep.Server) &&
-			(len(ca) == 0 || len(ep.CAData) == 0 || bytes.Equal(ca, ep.CAData))
-	}
-	if existing != nil && !force {
-		if server, ok := same(existing); !ok && server != "" {
-			return fmt.Errorf("member %q is registered with server %s, not %s: pass --force to re-point it", name, server, ep.Server)
-		}
-	}
-	if allowDuplicate {
-		return nil
-	}
-	for i := range all {
-		other := &all[i]
-		if other.Name == name || clusters.ClusterName(other) == name {
-			continue
-		}
-		if _, ok := same(other); ok {
-			return fmt.Errorf("server %s is already registered as member %q (secret %s/%s); registering it as %q too would import its endpoints twice: pass --allow-duplicate if that is meant",
-				ep.Server, clusters.ClusterName(other), other.Namespace, other.Name, name)
-		}
-	}
-	return nil
-}
-
 // normalServer compares server URLs: scheme and host are case-insensitive,
 // a trailing slash means nothing.
 func normalServer(s string) string { return strings.TrimSuffix(strings.ToLower(s), "/") }
 
 // writeRegistration creates or updates the hub Secret; it writes nothing
-// when the Secret is up to date.
-func writeRegistration(ctx context.Context, hub *cliClients, existing, desired *corev1.Secret) (string, error) {
+// when the Secret is up to date. With dryRun the writes are server-side dry
+// runs and the result says what a real run would do; a Secret in a
+// namespace that does not exist yet cannot be dry-run: only the permission
+// to create it is checked.
+func writeRegistration(ctx context.Context, hub *cliClients, existing, desired *corev1.Secret, dryRun bool) (string, error) {
 	api := hub.kube.CoreV1().Secrets(desired.Namespace)
+	would := func(result string) string {
+		if dryRun {
+			return "would be " + result
+		}
+		return result
+	}
 	if existing == nil {
-		if err := ensureHubNamespace(ctx, hub, desired.Namespace); err != nil {
+		created, err := ensureHubNamespace(ctx, hub, desired.Namespace, dryRun)
+		if err != nil {
 			return "", err
 		}
-		if _, err := api.Create(ctx, desired, metav1.CreateOptions{FieldManager: cliFieldManager}); err != nil {
+		if dryRun && created {
+			if err := mayDo(ctx, hub.kube, "create", "", "secrets", "", desired.Namespace); err != nil {
+				return "", err
+			}
+			return "would be created, with namespace " + desired.Namespace, nil
+		}
+		if _, err := api.Create(ctx, desired, metav1.CreateOptions{FieldManager: cliFieldManager, DryRun: dryRunOption(dryRun)}); err != nil {
 			return "", fmt.Errorf("creating secret %s/%s: %w", desired.Namespace, desired.Name, err)
 		}
-		return "created", nil
+		return would("created"), nil
 	}
 	if registrationUpToDate(existing, desired) {
 		return "unchanged", nil
@@ -351,25 +428,30 @@ func writeRegistration(ctx context.Context, hub *cliClients, existing, desired *
 		s.Annotations[k] = v
 	}
 	s.Data[clusters.KubeconfigKey] = desired.Data[clusters.KubeconfigKey]
-	if _, err := api.Update(ctx, s, metav1.UpdateOptions{FieldManager: cliFieldManager}); err != nil {
+	if _, err := api.Update(ctx, s, metav1.UpdateOptions{FieldManager: cliFieldManager, DryRun: dryRunOption(dryRun)}); err != nil {
 		return "", fmt.Errorf("updating secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return "configured", nil
+	return would("configured"), nil
 }
 
-func ensureHubNamespace(ctx context.Context, hub *cliClients, ns string) error {
+// ensureHubNamespace creates the namespace if it does not exist, and
+// reports whether it did (with dryRun: would).
+func ensureHubNamespace(ctx context.Context, hub *cliClients, ns string, dryRun bool) (bool, error) {
 	_, err := hub.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if err == nil {
-		return nil
+		return false, nil
 	}
 	if !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-		return fmt.Errorf("reading namespace %s: %w", ns, err)
+		return false, fmt.Errorf("reading namespace %s: %w", ns, err)
 	}
-	_, err = hub.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{FieldManager: cliFieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", ns, err)
+	_, err = hub.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{FieldManager: cliFieldManager, DryRun: dryRunOption(dryRun)})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
-	return nil
+	return true, nil
 }
 
 // memberToken returns a token of the member ServiceAccount, and the CA the

@@ -124,9 +124,10 @@ func kubeconfigServer(data []byte) (string, []byte) {
 	return "", nil
 }
 
-// registrationSecret is the hub Secret registering a member.
-func registrationSecret(namespace, name string, kubeconfig []byte) *corev1.Secret {
-	return &corev1.Secret{
+// registrationSecret is the hub Secret registering a member. kubeSystemUID,
+// the UID of the member's kube-system namespace, is recorded unless "".
+func registrationSecret(namespace, name string, kubeconfig []byte, kubeSystemUID string) *corev1.Secret {
+	s := &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   namespace,
@@ -137,6 +138,10 @@ func registrationSecret(namespace, name string, kubeconfig []byte) *corev1.Secre
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{clusters.KubeconfigKey: kubeconfig},
 	}
+	if kubeSystemUID != "" {
+		s.Annotations[clusters.AnnotationKubeSystemUID] = kubeSystemUID
+	}
+	return s
 }
 
 // registrationUpToDate reports whether live already holds what desired

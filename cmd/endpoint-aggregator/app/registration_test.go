@@ -129,7 +129,7 @@ func TestEndpointFromConfig(t *testing.T) {
 }
 
 func TestRegistrationSecret(t *testing.T) {
-	s := registrationSecret("endpoint-aggregator", "east", []byte("kc"))
+	s := registrationSecret("endpoint-aggregator", "east", []byte("kc"), "")
 	if s.Labels[clusters.LabelMemberCluster] != "true" || clusters.ClusterName(s) != "east" || string(s.Data[clusters.KubeconfigKey]) != "kc" || s.Type != corev1.SecretTypeOpaque {
 		t.Errorf("secret %+v", s)
 	}
@@ -150,6 +150,20 @@ func TestRegistrationSecret(t *testing.T) {
 	changed.Annotations[clusters.AnnotationClusterName] = "west"
 	if registrationUpToDate(changed, s) {
 		t.Error("another cluster name is up to date")
+	}
+
+	if _, ok := s.Annotations[clusters.AnnotationKubeSystemUID]; ok {
+		t.Error("a Secret without a known kube-system UID records one")
+	}
+	withUID := registrationSecret("endpoint-aggregator", "east", []byte("kc"), "uid-east")
+	if withUID.Annotations[clusters.AnnotationKubeSystemUID] != "uid-east" {
+		t.Errorf("annotations %v, want the kube-system UID recorded", withUID.Annotations)
+	}
+	if registrationUpToDate(live, withUID) {
+		t.Error("a Secret without the kube-system UID is up to date")
+	}
+	if !registrationUpToDate(withUID, s) {
+		t.Error("a recorded kube-system UID makes the Secret out of date for a run that could not read one")
 	}
 
 	data, err := secretYAML(s)
@@ -203,39 +217,60 @@ func TestTokenDueForRenewal(t *testing.T) {
 // TestServerConflict: one API server under two names, or a name moved to
 // another API server, is refused unless asked for.
 func TestServerConflict(t *testing.T) {
-	reg := func(name, server, ca string) corev1.Secret {
+	reg := func(name, server, ca, uid string) corev1.Secret {
 		kc, err := buildMemberKubeconfig(name, "sa", memberEndpoint{Server: server, CAData: []byte(ca)}, "token")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return *registrationSecret("ns", name, kc)
+		return *registrationSecret("ns", name, kc, uid)
 	}
-	east := reg("east", "https://10.0.0.1:6443", "ca-east")
-	west := reg("west", "https://10.0.0.2:6443", "ca-west")
+	// east recorded no kube-system UID (registered by an older register),
+	// west did.
+	east := reg("east", "https://10.0.0.1:6443", "ca-east", "")
+	west := reg("west", "https://10.0.0.2:6443", "ca-west", "uid-west")
 	all := []corev1.Secret{east, west}
 	for _, tc := range []struct {
-		name, server, ca string
-		existing         *corev1.Secret
-		force, allowDup  bool
-		want             string // "" for no error
+		name, server, ca, uid string
+		existing              *corev1.Secret
+		force, allowDup       bool
+		want                  string // "" for no error
 	}{
-		{"east", "https://10.0.0.1:6443", "ca-east", &east, false, false, ""},
-		{"east", "https://10.0.0.1:6443/", "", &east, false, false, ""},
-		{"north", "https://10.0.0.3:6443", "ca-north", nil, false, false, ""},
-		{"east2", "https://10.0.0.1:6443", "ca-east", nil, false, false, `already registered as member "east"`},
-		{"east2", "HTTPS://10.0.0.1:6443", "", nil, false, false, `already registered as member "east"`},
-		{"east2", "https://10.0.0.1:6443", "ca-east", nil, false, true, ""},
-		{"east2", "https://10.0.0.1:6443", "ca-other", nil, false, false, ""}, // same URL, another cluster
-		{"east", "https://10.0.0.2:6443", "ca-west", &east, false, false, "pass --force to re-point it"},
-		{"east", "https://10.0.0.9:6443", "ca-9", &east, true, false, ""},
-		{"east", "https://10.0.0.2:6443", "ca-west", &east, true, false, `already registered as member "west"`},
+		{"east", "https://10.0.0.1:6443", "ca-east", "", &east, false, false, ""},
+		{"east", "https://10.0.0.1:6443/", "", "", &east, false, false, ""},
+		{"north", "https://10.0.0.3:6443", "ca-north", "", nil, false, false, ""},
+		{"east2", "https://10.0.0.1:6443", "ca-east", "", nil, false, false, `already registered as member "east"`},
+		{"east2", "HTTPS://10.0.0.1:6443", "", "", nil, false, false, `already registered as member "east"`},
+		{"east2", "https://10.0.0.1:6443", "ca-east", "", nil, false, true, ""},
+		{"east2", "https://10.0.0.1:6443", "ca-other", "", nil, false, false, ""}, // same URL, another cluster
+		{"east", "https://10.0.0.2:6443", "ca-west", "", &east, false, false, "pass --force to re-point it"},
+		{"east", "https://10.0.0.9:6443", "ca-9", "", &east, true, false, ""},
+		{"east", "https://10.0.0.2:6443", "ca-west", "", &east, true, false, `already registered as member "west"`},
+
+		// By kube-system UID: west through another URL or CA bundle.
+		{"west2", "https://lb.example:6443", "ca-west", "uid-west", nil, false, false, `already registered as member "west" (secret ns/west, server https://10.0.0.2:6443): both have kube-system UID uid-west`},
+		{"west2", "https://10.0.0.2:6443", "ca-west+other", "uid-west", nil, false, false, `both have kube-system UID uid-west`},
+		{"west2", "https://lb.example:6443", "ca-west", "uid-west", nil, false, true, ""},
+		{"west2", "https://lb.example:6443", "ca-west", "uid-other", nil, false, false, ""},
+		// A registration without a UID falls back to URL and CA.
+		{"east2", "https://lb.example:6443", "ca-east", "uid-east", nil, false, false, ""},
+		{"east2", "https://10.0.0.1:6443", "ca-east", "uid-east", nil, false, false, `already registered as member "east"`},
+		// The same URL and CA is one server, whatever UID was recorded.
+		{"west2", "https://10.0.0.2:6443", "ca-west", "uid-rebuilt", nil, false, false, `already registered as member "west"`},
+		// The UID unknown now (no permission to read kube-system): URL and CA.
+		{"west2", "https://lb.example:6443", "ca-west", "", nil, false, false, ""},
+		// Re-pointing: another URL for the same cluster is none; the same
+		// URL for another cluster is one.
+		{"west", "https://lb.example:6443", "ca-west", "uid-west", &west, false, false, ""},
+		{"west", "https://10.0.0.2:6443", "ca-west", "uid-rebuilt", &west, false, false, "is registered for another cluster (kube-system UID uid-west"},
+		{"west", "https://10.0.0.2:6443", "ca-west", "uid-rebuilt", &west, true, false, ""},
+		{"west", "https://lb.example:6443", "ca-west", "", &west, false, false, "pass --force to re-point it"},
 	} {
-		err := serverConflict(tc.name, memberEndpoint{Server: tc.server, CAData: []byte(tc.ca)}, tc.existing, all, tc.force, tc.allowDup)
+		err := serverConflict(tc.name, memberEndpoint{Server: tc.server, CAData: []byte(tc.ca)}, tc.uid, tc.existing, all, tc.force, tc.allowDup)
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("%s at %s (force %t, allow-duplicate %t): %v, want no error", tc.name, tc.server, tc.force, tc.allowDup, err)
+			t.Errorf("%s at %s, UID %q (force %t, allow-duplicate %t): %v, want no error", tc.name, tc.server, tc.uid, tc.force, tc.allowDup, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s at %s (force %t, allow-duplicate %t): %v, want an error with %q", tc.name, tc.server, tc.force, tc.allowDup, err, tc.want)
+			t.Errorf("%s at %s, UID %q (force %t, allow-duplicate %t): %v, want an error with %q", tc.name, tc.server, tc.uid, tc.force, tc.allowDup, err, tc.want)
 		}
 	}
 }

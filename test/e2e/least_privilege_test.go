@@ -44,8 +44,15 @@ func TestChartRBACWithIncludeNamespacesConvergesAndWritesNowhereElse(t *testing.
 	}
 	exportServiceIn(t, e.east, "billing", "invoices")
 
+	// The NetworkPolicy goes along, for the hub's API server to validate
+	// (the test hub has no network plugin to enforce it).
 	manifests := installChart(t, e, kubectl, "--set", "exportMode=annotation", "--set", "memberHealth.leaseDuration=4s",
-		"--set-json", `includeNamespaces=["`+appNamespace+`"]`)
+		"--set-json", `includeNamespaces=["`+appNamespace+`"]`, "--set", "networkPolicy.enabled=true",
+		"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`,
+		"--set-json", `networkPolicy.egressTo=[{"ipBlock":{"cidr":"10.0.0.0/8"}}]`, "--set-json", `networkPolicy.egressPorts=[{"port":6443}]`)
+	if _, err := e.hub.Client.NetworkingV1().NetworkPolicies(daemonNamespace).Get(ctx, chartRelease, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's NetworkPolicy: %v", err)
+	}
 	// A user's own Service where a per-cluster one would go: a conflict
 	// Event in shop.
 	if _, err := e.hub.Client.CoreV1().Services(appNamespace).Create(ctx, &corev1.Service{

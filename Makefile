@@ -329,7 +329,7 @@ chart-sync: ## Copy the CRDs, hub/member RBAC rules and the dashboard from confi
 	@mkdir -p $(CHART_DIR)/crds $(CHART_DIR)/files/rbac
 	rm -f $(CHART_DIR)/crds/*.yaml
 	cp config/crd/multicluster.x-k8s.io_*.yaml $(CHART_DIR)/crds/
-	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-role.yaml config/rbac/hub-clusterprofile-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
+	cp config/rbac/hub-clusterrole.yaml config/rbac/hub-writer-role.yaml config/rbac/hub-events-role.yaml config/rbac/hub-role.yaml config/rbac/hub-clusterprofile-role.yaml config/rbac/member-clusterrole.yaml $(CHART_DIR)/files/rbac/
 	@mkdir -p $(CHART_DIR)/files/dashboards
 	cp config/dashboards/*.json $(CHART_DIR)/files/dashboards/
 
@@ -337,7 +337,8 @@ chart-sync: ## Copy the CRDs, hub/member RBAC rules and the dashboard from confi
 lint-chart: $(HELM) ## helm lint --strict the chart (values checked against values.schema.json), with default and all-on values
 	$(HELM) lint --strict $(CHART_DIR)
 	$(HELM) lint --strict $(CHART_DIR) --set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set dashboards.enabled=true --set createNamespaces=true \
-		--set hubIsMember=true --set replicas=1 --set-json 'includeNamespaces=["shop"]'
+		--set hubIsMember=true --set replicas=1 --set-json 'includeNamespaces=["shop"]' \
+		--set metrics.secure=true --set networkPolicy.enabled=true
 
 .PHONY: test-chart
 test-chart: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)

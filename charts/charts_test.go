@@ -39,6 +39,8 @@ var synced = map[string]string{
 	"../config/crd/multicluster.x-k8s.io_serviceexports.yaml": chartDir + "/crds/multicluster.x-k8s.io_serviceexports.yaml",
 	"../config/crd/multicluster.x-k8s.io_serviceimports.yaml": chartDir + "/crds/multicluster.x-k8s.io_serviceimports.yaml",
 	"../config/rbac/hub-clusterrole.yaml":                     chartDir + "/files/rbac/hub-clusterrole.yaml",
+	"../config/rbac/hub-writer-role.yaml":                     chartDir + "/files/rbac/hub-writer-role.yaml",
+	"../config/rbac/hub-events-role.yaml":                     chartDir + "/files/rbac/hub-events-role.yaml",
 	"../config/rbac/hub-role.yaml":                            chartDir + "/files/rbac/hub-role.yaml",
 	"../config/rbac/hub-clusterprofile-role.yaml":             chartDir + "/files/rbac/hub-clusterprofile-role.yaml",
 	"../config/rbac/member-clusterrole.yaml":                  chartDir + "/files/rbac/member-clusterrole.yaml",
@@ -72,7 +74,7 @@ func TestChartCopiesOfConfigAreUpToDate(t *testing.T) {
 	}
 	for dir, want := range map[string][]string{
 		chartDir + "/crds":             wantCRDs,
-		chartDir + "/files/rbac":       {"hub-clusterprofile-role.yaml", "hub-clusterrole.yaml", "hub-role.yaml", "member-clusterrole.yaml"},
+		chartDir + "/files/rbac":       {"hub-clusterprofile-role.yaml", "hub-clusterrole.yaml", "hub-events-role.yaml", "hub-role.yaml", "hub-writer-role.yaml", "member-clusterrole.yaml"},
 		chartDir + "/files/dashboards": {"endpoint-aggregator.json"},
 	} {
 		entries, err := os.ReadDir(dir)
@@ -91,43 +93,101 @@ func TestChartCopiesOfConfigAreUpToDate(t *testing.T) {
 }
 
 // TestChartRendersTheRBACOfConfig renders the chart and checks that the
-// ClusterRole and Role rules it grants are exactly those of
-// config/rbac/hub-clusterrole.yaml and hub-role.yaml, bound to the chart's
-// ServiceAccount, plus only the rules the values ask for.
+// ClusterRole and Role rules it grants are exactly those of config/rbac/
+// (hub-clusterrole.yaml, hub-writer-role.yaml, hub-events-role.yaml,
+// hub-role.yaml, member-clusterrole.yaml), bound to the chart's
+// ServiceAccount, plus only the rules the values ask for; with
+// includeNamespaces, the writes only in those namespaces.
 func TestChartRendersTheRBACOfConfig(t *testing.T) {
-	var hubCR rbacv1.ClusterRole
-	var hubRole rbacv1.Role
-	var memberCR rbacv1.ClusterRole
+	var hubCR, memberCR rbacv1.ClusterRole
+	var hubRole, writerRole, eventsRole rbacv1.Role
 	readYAML(t, "../config/rbac/hub-clusterrole.yaml", &hubCR)
+	readYAML(t, "../config/rbac/hub-writer-role.yaml", &writerRole)
+	readYAML(t, "../config/rbac/hub-events-role.yaml", &eventsRole)
 	readYAML(t, "../config/rbac/hub-role.yaml", &hubRole)
 	readYAML(t, "../config/rbac/member-clusterrole.yaml", &memberCR)
 	createNamespaces := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}}
+	reviews := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	metricsReader := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	// Every hub rule in one ClusterRole, as without includeNamespaces.
+	clusterWide := concat(hubCR.Rules, writerRole.Rules, eventsRole.Rules)
+	writes := concat(writerRole.Rules, eventsRole.Rules)
+	memberReads, memberWrites := splitReads(memberCR.Rules)
+	own := namespace + "/" + fullname
 
 	for _, tc := range []struct {
 		name           string
 		args           []string
 		clusterRoles   map[string][]rbacv1.PolicyRule
-		roles          map[string][]rbacv1.PolicyRule
+		roles          map[string][]rbacv1.PolicyRule // by namespace/name
 		serviceAccount bool
 	}{{
 		name:           "defaults",
-		clusterRoles:   map[string][]rbacv1.PolicyRule{fullname: hubCR.Rules},
-		roles:          map[string][]rbacv1.PolicyRule{fullname: hubRole.Rules},
+		clusterRoles:   map[string][]rbacv1.PolicyRule{fullname: clusterWide},
+		roles:          map[string][]rbacv1.PolicyRule{own: hubRole.Rules},
 		serviceAccount: true,
 	}, {
 		name:           "createNamespaces adds create namespaces",
 		args:           []string{"--set", "createNamespaces=true"},
-		clusterRoles:   map[string][]rbacv1.PolicyRule{fullname: append(slices.Clone(hubCR.Rules), createNamespaces)},
-		roles:          map[string][]rbacv1.PolicyRule{fullname: hubRole.Rules},
+		clusterRoles:   map[string][]rbacv1.PolicyRule{fullname: concat(clusterWide, []rbacv1.PolicyRule{createNamespaces})},
+		roles:          map[string][]rbacv1.PolicyRule{own: hubRole.Rules},
 		serviceAccount: true,
 	}, {
 		name: "hubIsMember binds the member rules too",
 		args: []string{"--set", "hubIsMember=true"},
 		clusterRoles: map[string][]rbacv1.PolicyRule{
-			fullname:                 hubCR.Rules,
+			fullname:                 clusterWide,
 			fullname + "-hub-member": memberCR.Rules,
 		},
-		roles:          map[string][]rbacv1.PolicyRule{fullname: hubRole.Rules},
+		roles:          map[string][]rbacv1.PolicyRule{own: hubRole.Rules},
+		serviceAccount: true,
+	}, {
+		name:         "includeNamespaces grants writes only there, Events also where the daemon records them",
+		args:         []string{"--set-json", `includeNamespaces=["shop","shipping"]`},
+		clusterRoles: map[string][]rbacv1.PolicyRule{fullname: hubCR.Rules},
+		roles: map[string][]rbacv1.PolicyRule{
+			own:                                    hubRole.Rules,
+			"shop/" + fullname + "-writer":         writes,
+			"shipping/" + fullname + "-writer":     writes,
+			namespace + "/" + fullname + "-events": eventsRole.Rules,
+			"default/" + fullname + "-events":      eventsRole.Rules,
+		},
+		serviceAccount: true,
+	}, {
+		name:         "includeNamespaces listing default and the release namespace",
+		args:         []string{"--set-json", `includeNamespaces=["default","` + namespace + `"]`, "--set", "createNamespaces=true"},
+		clusterRoles: map[string][]rbacv1.PolicyRule{fullname: concat(hubCR.Rules, []rbacv1.PolicyRule{createNamespaces})},
+		roles: map[string][]rbacv1.PolicyRule{
+			own:                                    hubRole.Rules,
+			"default/" + fullname + "-writer":      writes,
+			namespace + "/" + fullname + "-writer": writes,
+		},
+		serviceAccount: true,
+	}, {
+		name: "includeNamespaces with hubIsMember: the member rules' writes only there",
+		args: []string{"--set-json", `includeNamespaces=["shop"]`, "--set", "hubIsMember=true"},
+		clusterRoles: map[string][]rbacv1.PolicyRule{
+			fullname:                 hubCR.Rules,
+			fullname + "-hub-member": memberReads,
+		},
+		roles: map[string][]rbacv1.PolicyRule{
+			own:                                    hubRole.Rules,
+			"shop/" + fullname + "-writer":         concat(writerRole.Rules, memberWrites, eventsRole.Rules),
+			namespace + "/" + fullname + "-events": eventsRole.Rules,
+			"default/" + fullname + "-events":      eventsRole.Rules,
+		},
+		serviceAccount: true,
+	}, {
+		name: "metrics.secure lets the daemon review tokens and access",
+		args: []string{"--set", "metrics.secure=true"},
+		clusterRoles: map[string][]rbacv1.PolicyRule{
+			fullname:                     concat(clusterWide, reviews),
+			fullname + "-metrics-reader": metricsReader,
+		},
+		roles:          map[string][]rbacv1.PolicyRule{own: hubRole.Rules},
 		serviceAccount: true,
 	}, {
 		name: "rbac.create=false and an existing ServiceAccount",
@@ -153,10 +213,7 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 				case "Role":
 					var r rbacv1.Role
 					o.into(t, &r)
-					if r.Namespace != namespace {
-						t.Errorf("Role %s in namespace %q, want the release namespace", r.Name, r.Namespace)
-					}
-					gotRoles[r.Name] = r.Rules
+					gotRoles[r.Namespace+"/"+r.Name] = r.Rules
 				case "ClusterRoleBinding":
 					var b rbacv1.ClusterRoleBinding
 					o.into(t, &b)
@@ -164,10 +221,12 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 				case "RoleBinding":
 					var b rbacv1.RoleBinding
 					o.into(t, &b)
-					checkBinding(t, b.Name, b.RoleRef, "Role", tc.roles, b.Subjects, sa)
+					ref := b.RoleRef
+					ref.Name = b.Namespace + "/" + ref.Name
+					checkBinding(t, b.Namespace+"/"+b.Name, ref, "Role", tc.roles, b.Subjects, sa)
 				}
 			}
-			if len(gotCR) != len(tc.clusterRoles) || len(gotRoles) != len(tc.roles) {
+			if !slices.Equal(keys(gotCR), keys(tc.clusterRoles)) || !slices.Equal(keys(gotRoles), keys(tc.roles)) {
 				t.Errorf("rendered ClusterRoles %v and Roles %v, want %v and %v", keys(gotCR), keys(gotRoles), keys(tc.clusterRoles), keys(tc.roles))
 			}
 			for name, want := range tc.clusterRoles {
@@ -191,6 +250,69 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 	}
 }
 
+// TestChartGrantsNoClusterWideWritesWithIncludeNamespaces: with
+// includeNamespaces (and the optional parts that add rules on), what the
+// chart binds cluster-wide to the daemon only reads, except what has no
+// namespace: creating Namespaces, TokenReviews and SubjectAccessReviews.
+// Every other write is in a listed namespace, or is an Event.
+func TestChartGrantsNoClusterWideWritesWithIncludeNamespaces(t *testing.T) {
+	objs := render(t, "--set-json", `includeNamespaces=["shop","shipping"]`, "--set", "createNamespaces=true",
+		"--set", "hubIsMember=true", "--set", "metrics.secure=true", "--set", "exportMode=serviceexport",
+		"--set-json", `clusterProfiles={"namespaces":["fleet"],"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/p"}}]}`)
+	clusterScoped := map[string]bool{"namespaces": true, "tokenreviews": true, "subjectaccessreviews": true}
+	isRead := func(v string) bool { return slices.Contains([]string{"get", "list", "watch"}, v) }
+	bound := map[string]bool{}
+	for _, o := range objs {
+		if o.Kind == "ClusterRoleBinding" {
+			var b rbacv1.ClusterRoleBinding
+			o.into(t, &b)
+			if slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool { return s.Name == fullname && s.Namespace == namespace }) {
+				bound[b.RoleRef.Name] = true
+			}
+		}
+	}
+	if len(bound) == 0 {
+		t.Fatal("no ClusterRole bound to the daemon")
+	}
+	writerNamespaces := map[string]bool{}
+	for _, o := range objs {
+		switch o.Kind {
+		case "ClusterRole":
+			var cr rbacv1.ClusterRole
+			o.into(t, &cr)
+			if !bound[cr.Name] {
+				continue
+			}
+			for _, r := range cr.Rules {
+				for _, v := range r.Verbs {
+					if !isRead(v) && (v != "create" || len(r.Resources) != 1 || !clusterScoped[r.Resources[0]]) {
+						t.Errorf("ClusterRole %s grants %s on %v cluster-wide", cr.Name, v, r.Resources)
+					}
+				}
+			}
+		case "Role":
+			var r rbacv1.Role
+			o.into(t, &r)
+			for _, rule := range r.Rules {
+				if !slices.ContainsFunc(rule.Verbs, func(v string) bool { return !isRead(v) }) || slices.Equal(rule.Resources, []string{"events"}) {
+					continue
+				}
+				switch {
+				case r.Namespace == namespace && r.Name == fullname:
+					// hub-role.yaml: the Leases in the release namespace.
+				case r.Namespace == "shop" || r.Namespace == "shipping":
+					writerNamespaces[r.Namespace] = true
+				default:
+					t.Errorf("Role %s/%s grants %v on %v outside includeNamespaces", r.Namespace, r.Name, rule.Verbs, rule.Resources)
+				}
+			}
+		}
+	}
+	if !writerNamespaces["shop"] || !writerNamespaces["shipping"] {
+		t.Errorf("write Roles in %v, want in shop and shipping", keys(writerNamespaces))
+	}
+}
+
 func checkBinding(t *testing.T, name string, ref rbacv1.RoleRef, kind string, roles map[string][]rbacv1.PolicyRule, subjects []rbacv1.Subject, sa string) {
 	t.Helper()
 	if _, ok := roles[ref.Name]; !ok || ref.Kind != kind || ref.APIGroup != rbacv1.GroupName {
@@ -200,6 +322,40 @@ func checkBinding(t *testing.T, name string, ref rbacv1.RoleRef, kind string, ro
 	if !reflect.DeepEqual(subjects, want) {
 		t.Errorf("%sBinding %s subjects %+v, want %+v", kind, name, subjects, want)
 	}
+}
+
+func concat(rules ...[]rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for _, r := range rules {
+		out = append(out, r...)
+	}
+	return out
+}
+
+// splitReads cuts each rule into its read verbs (get, list, watch) and the
+// others, as the chart's rbacRulesOfVerbs does.
+func splitReads(rules []rbacv1.PolicyRule) (reads, writes []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		var rv, wv []string
+		for _, v := range r.Verbs {
+			if slices.Contains([]string{"get", "list", "watch"}, v) {
+				rv = append(rv, v)
+			} else {
+				wv = append(wv, v)
+			}
+		}
+		if len(rv) > 0 {
+			c := *r.DeepCopy()
+			c.Verbs = rv
+			reads = append(reads, c)
+		}
+		if len(wv) > 0 {
+			c := *r.DeepCopy()
+			c.Verbs = wv
+			writes = append(writes, c)
+		}
+	}
+	return reads, writes
 }
 
 // TestChartDefaultsAreTheDaemonDefaults parses the Deployment's arguments
@@ -419,6 +575,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "memberHealth=null"}, "memberHealth"},
 		{[]string{"--set", "leaderElection.enabled=false"}, "replicas > 1 needs leaderElection.enabled"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{[]string{"--set", "metrics.secure=on"}, "/metrics/secure"},
+		{[]string{"--set-json", `metrics.readers=[{"name":"prometheus"}]`}, "namespace"},
+		{[]string{"--set", "networkPolicy.enabled=yes"}, "/networkPolicy/enabled"},
 	} {
 		_, err := testenv.HelmTemplateErr(t, chartDir, release, namespace, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -431,7 +590,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 // templates rendered) with the default and with every optional part on.
 func TestChartLints(t *testing.T) {
 	helm := testenv.RequireHelm(t)
-	for _, args := range [][]string{nil, {"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboards.enabled=true", "--set", "createNamespaces=true", "--set", "hubIsMember=true", "--set", "replicas=1"}} {
+	for _, args := range [][]string{nil, {"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "dashboards.enabled=true", "--set", "createNamespaces=true", "--set", "hubIsMember=true", "--set", "replicas=1"},
+		{"--set-json", `includeNamespaces=["shop"]`, "--set", "metrics.secure=true", "--set", "metrics.certSecret=tls", "--set", "serviceMonitor.enabled=true",
+			"--set", "networkPolicy.enabled=true", "--set-json", `networkPolicy.metricsFrom=[{"podSelector":{}}]`, "--set-json", `networkPolicy.egressTo=[{"ipBlock":{"cidr":"0.0.0.0/0"}}]`}} {
 		home := t.TempDir()
 		cmd := exec.Command(helm, append([]string{"lint", "--strict", chartDir}, args...)...)
 		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)

@@ -82,6 +82,10 @@ type ScrapeTarget struct {
 	Job    string
 	Addr   string
 	Labels map[string]string
+	// Secure scrapes over HTTPS with BearerToken, accepting any certificate,
+	// as a ServiceMonitor for the chart's metrics.secure does.
+	Secure      bool
+	BearerToken string
 }
 
 // Prometheus is a running Prometheus server on loopback.
@@ -108,7 +112,11 @@ func StartPrometheus(t testing.TB, targets []ScrapeTarget, ruleFiles ...string) 
 	}
 	b.WriteString("scrape_configs:\n")
 	for _, tg := range targets {
-		fmt.Fprintf(&b, "  - job_name: %q\n    static_configs:\n      - targets: [%q]\n", tg.Job, tg.Addr)
+		fmt.Fprintf(&b, "  - job_name: %q\n", tg.Job)
+		if tg.Secure {
+			fmt.Fprintf(&b, "    scheme: https\n    tls_config:\n      insecure_skip_verify: true\n    authorization:\n      credentials: %q\n", tg.BearerToken)
+		}
+		fmt.Fprintf(&b, "    static_configs:\n      - targets: [%q]\n", tg.Addr)
 		if len(tg.Labels) > 0 {
 			b.WriteString("        labels:\n")
 			for k, v := range tg.Labels {

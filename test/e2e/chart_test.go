@@ -346,6 +346,13 @@ func installChart(t *testing.T, e *env, kubectl string, values ...string) []byte
 // chart's ServiceAccount. Every Forbidden answer goes to forbidden.
 func startChartDaemon(t *testing.T, e *env, manifests []byte, forbidden *forbiddenRecorder) *daemon {
 	t.Helper()
+	return startChartDaemonWith(t, e, manifests, forbidden, nil)
+}
+
+// startChartDaemonWith is startChartDaemon with mutate applied to the
+// options last (a metrics address, say).
+func startChartDaemonWith(t *testing.T, e *env, manifests []byte, forbidden *forbiddenRecorder, mutate func(*app.Options)) *daemon {
+	t.Helper()
 	c := chartContainer(t, manifests)
 	o := app.NewOptions()
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
@@ -362,6 +369,9 @@ func startChartDaemon(t *testing.T, e *env, manifests []byte, forbidden *forbidd
 	o.Namespace = daemonNamespace
 	o.MetricsBindAddress = "0"
 	o.MemberSyncTimeout = 10 * time.Second
+	if mutate != nil {
+		mutate(o)
+	}
 
 	cfg := rest.CopyConfig(e.hub.Config)
 	cfg.Impersonate = chartUser

@@ -92,3 +92,27 @@ Usage: include "endpoint-aggregator.rbacRules" (list . "hub-clusterrole.yaml")
 {{- end }}
 {{- toYaml $rules }}
 {{- end }}
+
+{{/*
+The rules of an RBAC file (as rbacRules) cut down to the read verbs (get,
+list, watch) or to the others; rules left without verbs are dropped.
+Usage: include "endpoint-aggregator.rbacRulesOfVerbs" (list . "member-clusterrole.yaml" "read")
+*/}}
+{{- define "endpoint-aggregator.rbacRulesOfVerbs" -}}
+{{- $reads := eq (index . 2) "read" }}
+{{- $out := list }}
+{{- range (include "endpoint-aggregator.rbacRules" (list (index . 0) (index . 1)) | fromYamlArray) }}
+{{- $verbs := list }}
+{{- range .verbs }}
+{{- if eq (has . (list "get" "list" "watch")) $reads }}
+{{- $verbs = append $verbs . }}
+{{- end }}
+{{- end }}
+{{- if $verbs }}
+{{- $out = append $out (set (deepCopy .) "verbs" $verbs) }}
+{{- end }}
+{{- end }}
+{{- if $out }}
+{{- toYaml $out }}
+{{- end }}
+{{- end }}

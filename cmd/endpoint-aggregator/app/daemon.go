@@ -63,6 +63,8 @@ type Daemon struct {
 	Coordinator *shard.Coordinator
 	// leaderLock is the leader Lease's lock while this replica leads.
 	leaderLock atomic.Pointer[renewalClock]
+	// guard wraps /metrics and pprof (--metrics-secure).
+	guard metricsGuard
 }
 
 // NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
@@ -116,7 +118,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	host, _ := os.Hostname()
 	d := &Daemon{opts: o, hub: hub, recorder: recorder, Metrics: metrics, Gatherer: reg, broadcaster: broadcaster,
-		leader: leader, leading: &atomic.Bool{}, identity: host + "_" + string(uuid.NewUUID())}
+		leader: leader, leading: &atomic.Bool{}, identity: host + "_" + string(uuid.NewUUID()), guard: o.newMetricsGuard(hub)}
 	members := &memberSet{}
 	var sharding easync.Sharding
 	if o.sharded() {
@@ -294,7 +296,7 @@ func (d *Daemon) serveHTTP(ctx context.Context, wg *stdsync.WaitGroup, errc chan
 
 func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", d.guard(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok"))
 	})
@@ -317,11 +319,16 @@ func (d *Daemon) httpServer() (*http.Server, net.Listener, error) {
 		_, _ = w.Write([]byte("ok (" + role + ")"))
 	})
 	if d.opts.Profiling {
-		registerPprof(mux)
+		pprofMux := http.NewServeMux()
+		registerPprof(pprofMux)
+		mux.Handle("/debug/pprof/", d.guard(pprofMux))
 	}
 	ln, err := net.Listen("tcp", d.opts.MetricsBindAddress)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listening on --metrics-bind-address: %w", err)
+	}
+	if ln, err = d.opts.metricsListener(ln); err != nil {
+		return nil, nil, err
 	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }

@@ -71,8 +71,12 @@ type Options struct {
 	RetryPeriod      time.Duration
 
 	MetricsBindAddress string
-	Profiling          bool
-	ShutdownTimeout    time.Duration
+	// MetricsSecure serves /metrics over TLS, only to clients the hub
+	// authenticates and authorizes; MetricsCertDir holds its certificate.
+	MetricsSecure   bool
+	MetricsCertDir  string
+	Profiling       bool
+	ShutdownTimeout time.Duration
 }
 
 // defaultNamespace is the daemon's namespace when $POD_NAMESPACE is unset:
@@ -162,7 +166,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterManager, "cluster-manager", o.ClusterManager, "Only ClusterProfiles labelled x-k8s.io/cluster-manager=<this> (default: all).")
 	fs.StringVar(&o.AccessProviderFile, "access-provider-file", o.AccessProviderFile, "Access-provider file (sigs.k8s.io/cluster-inventory-api pkg/access format): the credential plugin per provider name of ClusterProfiles' status.accessProviders. The only source of plugin commands; arguments a ClusterProfile proposes are ignored.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address serving /metrics, /healthz and /readyz; 0 disables.")
-	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --metrics-bind-address (they expose internals: use a private address).")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve --metrics-bind-address over HTTPS, and /metrics (and pprof) only to clients whose bearer token the hub authenticates (TokenReview) and authorizes for get on the non-resource URL /metrics (SubjectAccessReview). /healthz and /readyz need no token. The daemon then needs create on tokenreviews and subjectaccessreviews.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "Directory holding "+metricsCertFile+" and "+metricsKeyFile+" for --metrics-secure, reloaded when they change (default: a self-signed certificate generated at start).")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go pprof profiles under /debug/pprof/ on --metrics-bind-address (they expose internals: use --metrics-secure or a private address).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long SIGTERM may take: handing this replica's members over (--shard-members), then waiting for in-flight syncs. Keep it under the pod's terminationGracePeriodSeconds.")
 }
 
@@ -214,6 +220,9 @@ func (o *Options) Validate() error {
 		if errs1 := validation.IsDNS1123Label(ns); len(errs1) > 0 {
 			errs = append(errs, fmt.Errorf("--cluster-profile-namespaces %q: %s", ns, errs1[0]))
 		}
+	}
+	if o.MetricsCertDir != "" && !o.MetricsSecure {
+		errs = append(errs, errors.New("--metrics-cert-dir needs --metrics-secure"))
 	}
 	if (len(o.ClusterProfileNamespaces) > 0) != (o.AccessProviderFile != "") {
 		errs = append(errs, errors.New("--cluster-profile-namespaces and --access-provider-file go together"))

@@ -25,6 +25,9 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "good CIDRs", mutate: func(o *Options) {
 			o.DeniedEndpointCIDRs, o.AllowedEndpointCIDRs, o.HubServiceCIDRs = []string{"192.168.0.0/16"}, []string{"10.0.0.0/8", "fd00::/8"}, []string{"10.96.0.0/12"}
 		}},
+		{name: "metrics cert dir without metrics-secure", mutate: func(o *Options) { o.MetricsCertDir = "/etc/ea/tls" }, errText: "--metrics-cert-dir needs --metrics-secure"},
+		{name: "metrics-secure with a cert dir", mutate: func(o *Options) { o.MetricsSecure, o.MetricsCertDir = true, "/etc/ea/tls" }},
+		{name: "metrics-secure with a self-signed certificate", mutate: func(o *Options) { o.MetricsSecure = true }},
 		{name: "bad cluster profile namespace", mutate: func(o *Options) {
 			o.ClusterProfileNamespaces, o.AccessProviderFile = []string{"Fleet"}, "/etc/ea/providers.json"
 		}, errText: `--cluster-profile-namespaces "Fleet"`},

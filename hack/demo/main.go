@@ -56,6 +56,8 @@ func main() {
 		os.Exit(2)
 	}
 
+	giveBack := takeTerminal()
+	defer giveBack()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -69,6 +71,7 @@ func main() {
 		}
 	}
 	if err != nil {
+		giveBack()
 		os.Exit(1)
 	}
 }

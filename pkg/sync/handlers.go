@@ -109,12 +109,14 @@ func (c *Controller) resyncMember(cluster string) {
 	klog.V(2).InfoS("Queued member", "cluster", cluster, "phase", st.Phase.String(), "services", services)
 }
 
-// ClusterHealthChanged re-syncs a member when it recovers. When it fails
+// ClusterHealthChanged publishes the member's health on its Lease (see
+// runMemberLeases) and re-syncs a member when it recovers. When it fails
 // (or a registration that cannot connect is retried), it applies the step
 // of its unreachable policy that is due now, if it changed, and sets the
 // member's one policy timer to the moment the next step takes effect. A
 // recovery stops the timer.
 func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
+	c.wakeLeases()
 	if healthy {
 		c.policy.stop(cluster)
 		c.resyncMember(cluster)

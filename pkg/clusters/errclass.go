@@ -179,6 +179,16 @@ func ClassOfReason(reason string) (ErrorClass, bool) {
 	return "", false
 }
 
+// FailureReasons returns the Event reasons of member failures, one per
+// class (MemberUnauthorized, ..., MemberUnreachable for Other).
+func FailureReasons() []string {
+	out := make([]string, len(errorClasses))
+	for i, c := range errorClasses {
+		out[i] = c.Reason()
+	}
+	return out
+}
+
 // errorClasses lists every class, for ClassOfReason and documentation.
 var errorClasses = []ErrorClass{ClassUnauthorized, ClassForbidden, ClassTLS, ClassConnectionRefused, ClassTimeout,
 	ClassDNS, ClassNotAPIServer, ClassNotFound, ClassUnhealthy, ClassInvalidRegistration, ClassOther}

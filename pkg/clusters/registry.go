@@ -339,7 +339,7 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 	for name, cfg := range r.opts.Static {
 		if err := r.addStatic(name, cfg); err != nil {
-			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", name, err))
+			klog.ErrorS(err, "Registering static member failed", "cluster", name)
 		}
 	}
 	// Process the Secrets and ClusterProfiles present at start before
@@ -730,7 +730,7 @@ func (r *Registry) Reconsider(cluster string) {
 	r.mu.RUnlock()
 	if m != nil && m.static != nil {
 		if err := r.addStatic(cluster, m.static); err != nil {
-			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", cluster, err))
+			klog.ErrorS(err, "Registering static member failed", "cluster", cluster)
 		}
 		return
 	}

@@ -462,7 +462,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, conflictRetry)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
-		klog.V(2).InfoS("Sync failed, will retry", "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
 		c.setRetrying(key, true)
 		c.queue.AddRateLimited(key)
 	}

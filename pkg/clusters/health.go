@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -170,6 +172,9 @@ type watchFailure struct {
 // from the failure recorded before.
 func (c *Cluster) watchFailed(ctx context.Context, r *cache.Reflector, err error) {
 	cache.DefaultWatchErrorHandler(ctx, r, err)
+	if watchClosed(err) {
+		return
+	}
 	now := time.Now()
 	f := &watchFailure{Failure: *newFailure(err, now), at: now}
 	old := c.watchErr.Load()
@@ -182,6 +187,15 @@ func (c *Cluster) watchFailed(ctx context.Context, r *cache.Reflector, err error
 			cb(f.Failure)
 		}
 	}
+}
+
+// watchClosed reports the errors with which a watch ends in the normal
+// course (an expired resourceVersion, a closed stream), which the reflector
+// answers with a new list or watch, as client-go's default handler does.
+func watchClosed(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) ||
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // UnreachableSince returns when the member stopped answering its probe, and

@@ -112,6 +112,7 @@ func TestMemberFailuresNameTheirCause(t *testing.T) {
 	if v := gaugeValue(t, d, "endpoint_aggregator_rejected_registrations", "reason", "invalid_kubeconfig"); v != 1 {
 		t.Errorf("endpoint_aggregator_rejected_registrations{reason=invalid_kubeconfig} = %v, want 1", v)
 	}
+	t.Logf("status with a revoked and a refusing member:\n%s", cli(t, "status", "--hub-context", "hub"))
 	// dead never synced: its sync timeout says why too.
 	if ev := secretEvents(t, e, "dead"); !strings.Contains(ev, "did not sync within 5s (ConnectionRefused: ") {
 		t.Errorf("dead's sync timeout does not name the cause; events:\n%s", ev)
@@ -134,6 +135,7 @@ func TestMemberFailuresNameTheirCause(t *testing.T) {
 	if time.Since(renewed) >= leaseDuration {
 		t.Fatalf("west's Lease lapsed (renewed %s ago) before the check; the test proves nothing", time.Since(renewed))
 	}
+	t.Logf("status with west frozen:\n%s", cli(t, "status", "--hub-context", "hub"))
 	t.Logf("frozen west shown unreachable by status %s after SIGSTOP; its Lease was renewed %s ago, for %s",
 		seen.Round(100*time.Millisecond), time.Since(renewed).Round(100*time.Millisecond), leaseDuration)
 

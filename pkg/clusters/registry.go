@@ -141,6 +141,7 @@ type member struct {
 	// since unconnectedSince; policy is its registration's unreachable
 	// policy, which applies meanwhile.
 	unconnected      string
+	unconnectedClass ErrorClass
 	unconnectedSince time.Time
 	policy           lifecycle.Policy
 	// registered is the creationTimestamp of the registration that owns
@@ -161,7 +162,7 @@ func (m *member) state() lifecycle.State {
 	}
 	if c == nil {
 		st.Unreachable, st.Since, st.Reason = true, m.unconnectedSince, m.unconnected
-		st.Cause = string(ClassInvalidRegistration)
+		st.Cause = string(m.unconnectedClass)
 		return st
 	}
 	st.Phase = lifecycle.Connected
@@ -655,12 +656,16 @@ func (r *Registry) register(reg *registration) error {
 		if isRefused(err) {
 			reason = ReasonRefusedConfig
 		}
-		return r.unconnected(reg, m, reason, fmt.Sprintf("%v", err))
+		return r.unconnected(reg, m, reason, ClassInvalidRegistration, fmt.Sprintf("%v", err))
 	}
 	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
-		return r.unconnected(reg, m, ReasonClientFailed, fmt.Sprintf("building client for member %q: %v", cluster, err))
+		class := Classify(err)
+		if class == ClassOther {
+			class = ClassInvalidRegistration
+		}
+		return r.unconnected(reg, m, ReasonClientFailed, class, fmt.Sprintf("building client for member %q: %v", cluster, err))
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(cluster)
 	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
@@ -767,7 +772,7 @@ var errNotConnected = errors.New("member not connected")
 // connection: its hub objects are kept as the hub holds them, subject to
 // the unreachable policy, and the registration is retried with backoff.
 // Only unregistering withdraws a member.
-func (r *Registry) unconnected(reg *registration, m *member, reason, why string) error {
+func (r *Registry) unconnected(reg *registration, m *member, reason string, class ErrorClass, why string) error {
 	cluster, ref := reg.cluster, reg.ref
 	if m != nil && m.active != nil {
 		r.warn(ref, reason, "%s; keeping the previous connection to member %q", why, cluster)
@@ -796,7 +801,7 @@ func (r *Registry) unconnected(reg *registration, m *member, reason, why string)
 		m = &member{secret: reg.key, unconnectedSince: time.Now()}
 		r.members[cluster] = m
 	}
-	m.ref, m.policy, m.unconnected, m.registered = ref, reg.policy, why, reg.created.Time
+	m.ref, m.policy, m.unconnected, m.unconnectedClass, m.registered = ref, reg.policy, why, class, reg.created.Time
 	if m.elsewhere {
 		// Wanted here now, and cannot be connected: unreachable from now.
 		m.elsewhere, m.unconnectedSince = false, time.Now()
@@ -1156,8 +1161,12 @@ func (r *Registry) ReportState() {
 			out = append(out, event{m.ref, corev1.EventTypeNormal, ReasonConnected,
 				fmt.Sprintf("member %q connected and synced; this replica now leads", name)})
 		case m.timedOut:
+			cause := ""
+			if f := c.Failure(); f != nil {
+				cause = fmt.Sprintf(" (%s: %s)", f.Class, f.Message)
+			}
 			out = append(out, event{m.ref, corev1.EventTypeWarning, ReasonSyncTimeout,
-				fmt.Sprintf("member %q did not sync within %s; still trying, its last-known hub objects are kept", name, r.opts.SyncTimeout)})
+				fmt.Sprintf("member %q did not sync within %s%s; still trying, its last-known hub objects are kept", name, r.opts.SyncTimeout, cause)})
 		}
 		if _, down := c.UnreachableSince(); down {
 			class, why := unreachableWhy(c)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
+	stdsync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +180,54 @@ func TestWatchEndingNormallyIsNoFailure(t *testing.T) {
 	c.watchFailed(context.Background(), r, apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New("no RBAC")))
 	if f := c.Failure(); f == nil || f.Class != ClassForbidden || len(told) != 1 {
 		t.Errorf("failure %+v, told %+v; want Forbidden, once", f, told)
+	}
+}
+
+// While a member is down, its cause changes only after the new one is seen
+// as often in a row as a flip to unreachable needs, and each change is
+// reported once; a cause that flaps every probe is not reported each time.
+func TestProbeReportsAChangedCauseOnceItHolds(t *testing.T) {
+	kube := kubefake.NewClientset()
+	var mu stdsync.Mutex
+	script := []error{}
+	kube.PrependReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(script) == 0 {
+			return true, nil, context.DeadlineExceeded
+		}
+		err := script[0]
+		script = script[1:]
+		return true, nil, err
+	})
+	_, refused := net.Dial("tcp", closedAddr(t))
+	timeout := context.DeadlineExceeded
+	// Down (refused ×2), flapping (timeout, refused, timeout, refused),
+	// then timing out for good.
+	script = []error{refused, refused, timeout, refused, timeout, refused, timeout, timeout}
+	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported []ErrorClass
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.probeLoop(time.Millisecond, time.Second, func(healthy bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if f := c.Failure(); !healthy && f != nil {
+				reported = append(reported, f.Class)
+			}
+		})
+	}()
+	waitUntil(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(script) == 0 })
+	time.Sleep(20 * time.Millisecond)
+	c.shutdown()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []ErrorClass{ClassConnectionRefused, ClassTimeout}; !slices.Equal(reported, want) {
+		t.Errorf("reported causes %v, want %v", reported, want)
 	}
 }

@@ -67,8 +67,9 @@ func newFailure(err error, since time.Time) *Failure {
 // starts: onChange is called when health flips, and when the first probes
 // fail. Health flips to unreachable after probeFailureThreshold failures in
 // a row, dated from the first of them, and back at the first success.
-// While unreachable, a failure of another class than the last reported
-// (refused, then timing out) is reported too, with onChange(false).
+// While unreachable, failures of another class than the last reported
+// (refused, then timing out), probeFailureThreshold in a row, are reported
+// too, with onChange(false).
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -76,6 +77,11 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 	answered := true // the previous probe succeeded (or there was none)
 	failures := 0
 	var firstFailure time.Time
+	// otherClass counts the failures in a row, while unreachable, of
+	// another class than the one reported: it is reported after
+	// probeFailureThreshold of them, so that a cause flapping between
+	// two classes is not reported on every probe.
+	otherClass := 0
 	for {
 		now := time.Now()
 		err := c.probe(timeout)
@@ -105,8 +111,13 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 			onChange(false)
 			known = true
 		case !healthy && !cur.healthy && cur.cause != nil && Classify(err) != cur.cause.Class:
-			c.health.Store(&health{since: cur.since, cause: newFailure(err, now)})
-			onChange(false)
+			if otherClass++; otherClass >= probeFailureThreshold {
+				c.health.Store(&health{since: cur.since, cause: newFailure(err, now)})
+				onChange(false)
+				otherClass = 0
+			}
+		default:
+			otherClass = 0
 		}
 		select {
 		case <-c.stop:

@@ -97,14 +97,16 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 		}
 		return l
 	}
+	// on is the fixture whose hub wantWrites looks at.
+	on := f
 	leaseWrites := func() []string {
 		var out []string
-		for _, w := range f.writes() {
+		for _, w := range on.writes() {
 			if strings.Contains(w, " leases ") {
 				out = append(out, w)
 			}
 		}
-		f.hub.ClearActions()
+		on.hub.ClearActions()
 		return out
 	}
 	wantWrites := func(step string, want ...string) {
@@ -175,7 +177,7 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 	restartKnown, restartListed := map[string]*coordinationv1.Lease{}, false
 	g.ctrl.renewMemberLeases(g.ctx, restartKnown, &restartListed, period)
 	g.ctrl.publishMemberHealth(g.ctx, restartKnown)
-	f.hub = g.hub
+	on = g
 	wantWrites("restart")
 
 	// Healthy again: the renewal says so.

@@ -70,6 +70,11 @@ type Cluster struct {
 	// is unhealthy (a ClusterProfile's ControlPlaneHealthy=False); "" or
 	// nil when it does not. The probe fails while it is set.
 	reported atomic.Pointer[string]
+	// watchErr is the latest failed list or watch of its informers; cleared
+	// when a set of them syncs. onWatchFailure, when set before start, is
+	// told when its class changes.
+	watchErr       atomic.Pointer[watchFailure]
+	onWatchFailure func(Failure)
 }
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
@@ -83,7 +88,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		stop:      make(chan struct{}),
 		probeNow:  make(chan struct{}, 1),
 	}
-	s, err := newInformerSet(name, clients, handlers)
+	s, err := newInformerSet(name, clients, handlers, c.watchFailed)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -37,6 +41,20 @@ const probeFailureThreshold = 2
 type health struct {
 	healthy bool
 	since   time.Time // start of the current outage; zero while healthy
+	cause   *Failure  // why the probes fail; nil while healthy
+}
+
+// Failure is why a member fails: the class of its error, the error, and
+// since when it fails for that class.
+type Failure struct {
+	Class   ErrorClass
+	Message string
+	Since   time.Time
+}
+
+// newFailure classifies err, which happened at since.
+func newFailure(err error, since time.Time) *Failure {
+	return &Failure{Class: Classify(err), Message: err.Error(), Since: since}
 }
 
 // probeLoop checks the member's API server every interval with a bounded
@@ -49,6 +67,9 @@ type health struct {
 // starts: onChange is called when health flips, and when the first probes
 // fail. Health flips to unreachable after probeFailureThreshold failures in
 // a row, dated from the first of them, and back at the first success.
+// While unreachable, failures of another class than the last reported
+// (refused, then timing out), probeFailureThreshold in a row, are reported
+// too, with onChange(false).
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -56,9 +77,15 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 	answered := true // the previous probe succeeded (or there was none)
 	failures := 0
 	var firstFailure time.Time
+	// otherClass counts the failures in a row, while unreachable, of
+	// another class than the one reported: it is reported after
+	// probeFailureThreshold of them, so that a cause flapping between
+	// two classes is not reported on every probe.
+	otherClass := 0
 	for {
 		now := time.Now()
-		healthy := c.probe(timeout) == nil
+		err := c.probe(timeout)
+		healthy := err == nil
 		if healthy && !answered {
 			c.askReconnect()
 		}
@@ -80,9 +107,17 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 			}
 			known = true
 		case !healthy && failures >= probeFailureThreshold && (!known || cur.healthy):
-			c.health.Store(&health{since: firstFailure})
+			c.health.Store(&health{since: firstFailure, cause: newFailure(err, firstFailure)})
 			onChange(false)
 			known = true
+		case !healthy && !cur.healthy && cur.cause != nil && Classify(err) != cur.cause.Class:
+			if otherClass++; otherClass >= probeFailureThreshold {
+				c.health.Store(&health{since: cur.since, cause: newFailure(err, now)})
+				onChange(false)
+				otherClass = 0
+			}
+		default:
+			otherClass = 0
 		}
 		select {
 		case <-c.stop:
@@ -98,7 +133,7 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 // without being asked: the unreachable machinery and policy then apply.
 func (c *Cluster) probe(timeout time.Duration) error {
 	if reason := c.reported.Load(); reason != nil && *reason != "" {
-		return fmt.Errorf("member %q: %s", c.name, *reason)
+		return fmt.Errorf("member %q: %w: %s", c.name, errReported, *reason)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -109,9 +144,69 @@ func (c *Cluster) probe(timeout time.Duration) error {
 	}
 	if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
 		klog.V(2).InfoS("Member probe failed", "cluster", c.name, "err", err)
+		if apierrors.IsNotFound(err) { // every API server serves /readyz
+			return fmt.Errorf("probing member %q: %w: %w", c.name, errNotAPIServer, err)
+		}
 		return fmt.Errorf("probing member %q: %w", c.name, err)
 	}
 	return nil
+}
+
+// watchErrorFresh is how long after an informer's list or watch failed
+// the failure still counts for a synced member: a reflector retries within
+// a minute (its backoff, with jitter), so a failure not seen again for two
+// is over.
+const watchErrorFresh = 2 * time.Minute
+
+// Failure returns why the member fails now, or nil: the probe's failure
+// while unreachable; else the last list or watch failure of its informers,
+// until they synced (after they did, for watchErrorFresh).
+func (c *Cluster) Failure() *Failure {
+	if h := c.health.Load(); !h.healthy && h.cause != nil {
+		return h.cause
+	}
+	w := c.watchErr.Load()
+	if w == nil || (c.synced.Load() && time.Since(w.at) > watchErrorFresh) {
+		return nil
+	}
+	return &w.Failure
+}
+
+// watchFailure is the latest failed list or watch of the member's informers.
+type watchFailure struct {
+	Failure
+	at time.Time // of this failure; Since is when the class began
+}
+
+// watchFailed records a failed list or watch, logs it as client-go does,
+// with the member's name, and calls onWatchFailure when its class differs
+// from the failure recorded before.
+func (c *Cluster) watchFailed(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+	if watchClosed(err) {
+		return
+	}
+	now := time.Now()
+	f := &watchFailure{Failure: *newFailure(err, now), at: now}
+	old := c.watchErr.Load()
+	if old != nil && old.Class == f.Class {
+		f.Since = old.Since
+	}
+	c.watchErr.Store(f)
+	if old == nil || old.Class != f.Class {
+		if cb := c.onWatchFailure; cb != nil {
+			cb(f.Failure)
+		}
+	}
+}
+
+// watchClosed reports the errors with which a watch ends in the normal
+// course (an expired resourceVersion, a closed stream), which the reflector
+// answers with a new list or watch, as client-go's default handler does.
+func watchClosed(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) ||
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // UnreachableSince returns when the member stopped answering its probe, and

@@ -35,7 +35,9 @@ type informerSet struct {
 // member's name added; a variable for tests.
 var memberLogger = klog.Background
 
-func newInformerSet(cluster string, clients Clients, handlers EventHandlers) (*informerSet, error) {
+// onError, when not nil, handles the informers' failed lists and watches
+// (and logs them: see cache.DefaultWatchErrorHandler).
+func newInformerSet(cluster string, clients Clients, handlers EventHandlers, onError cache.WatchErrorHandlerWithContext) (*informerSet, error) {
 	s := &informerSet{stop: make(chan struct{})}
 	s.ctx = klog.NewContext(wait.ContextForChannel(s.stop), klog.LoggerWithValues(memberLogger(), "cluster", cluster))
 	// No resync: the controller is level-triggered from events alone.
@@ -50,6 +52,14 @@ func newInformerSet(cluster string, clients Clients, handlers EventHandlers) (*i
 		mf := mcsinformers.NewSharedInformerFactoryWithOptions(clients.MCS, 0, mcsinformers.WithTransform(stripMemberObject))
 		s.exports = mf.Multicluster().V1beta1().ServiceExports().Informer()
 		s.exportLister = mf.Multicluster().V1beta1().ServiceExports().Lister()
+	}
+	for _, inf := range []cache.SharedIndexInformer{s.services, s.slices, s.exports} {
+		if inf == nil || onError == nil {
+			continue
+		}
+		if err := inf.SetWatchErrorHandlerWithContext(onError); err != nil {
+			return nil, fmt.Errorf("setting watch error handler: %w", err)
+		}
 	}
 	for _, h := range []struct {
 		inf cache.SharedIndexInformer
@@ -130,6 +140,7 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 			synced = true
 		}
 	}
+	c.watchErr.Store(nil)
 	c.synced.Store(true)
 	select {
 	case c.probeNow <- struct{}{}:
@@ -155,6 +166,7 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 				next.shutdown()
 				next = c.freshInformers()
 			case setSynced:
+				c.watchErr.Store(nil)
 				c.informers.Store(next)
 				cur.shutdown()
 				cur, next = next, nil
@@ -169,7 +181,7 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 // that fails; the current set then keeps retrying on its own.
 func (c *Cluster) freshInformers() *informerSet {
 	klog.InfoS("Restarting member informers: the member answers again", "cluster", c.name, "synced", c.synced.Load())
-	s, err := newInformerSet(c.name, c.clients, c.handlers)
+	s, err := newInformerSet(c.name, c.clients, c.handlers, c.watchFailed)
 	if err != nil {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil

@@ -32,7 +32,7 @@ func TestMemberInformerLogsNameTheMember(t *testing.T) {
 	kube.PrependReactor("list", "services", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewUnauthorized("token revoked")
 	})
-	s, err := newInformerSet("east", Clients{Kube: kube}, EventHandlers{})
+	s, err := newInformerSet("east", Clients{Kube: kube}, EventHandlers{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,6 +141,7 @@ type member struct {
 	// since unconnectedSince; policy is its registration's unreachable
 	// policy, which applies meanwhile.
 	unconnected      string
+	unconnectedClass ErrorClass
 	unconnectedSince time.Time
 	policy           lifecycle.Policy
 	// registered is the creationTimestamp of the registration that owns
@@ -161,6 +162,7 @@ func (m *member) state() lifecycle.State {
 	}
 	if c == nil {
 		st.Unreachable, st.Since, st.Reason = true, m.unconnectedSince, m.unconnected
+		st.Cause = string(m.unconnectedClass)
 		return st
 	}
 	st.Phase = lifecycle.Connected
@@ -168,13 +170,31 @@ func (m *member) state() lifecycle.State {
 		st.Phase = lifecycle.Synced
 	}
 	st.Policy = c.policy
+	f := c.Failure()
+	if f != nil {
+		st.Cause, st.Reason = string(f.Class), f.Message
+	}
 	if since, down := c.UnreachableSince(); down {
-		st.Unreachable, st.Since, st.Reason = true, since, "does not answer its health probe"
-		if reported := c.reported.Load(); reported != nil && *reported != "" {
-			st.Reason = "is unhealthy: " + *reported
+		st.Unreachable, st.Since = true, since
+		if f == nil {
+			st.Reason = "does not answer its health probe"
 		}
 	}
 	return st
+}
+
+// unreachableWhy says why an unreachable member is, for its Event: the
+// cluster manager's report, or the class of the probe's failure, what it
+// usually means, and the error.
+func unreachableWhy(c *Cluster) (ErrorClass, string) {
+	if reported := c.reported.Load(); reported != nil && *reported != "" {
+		return ClassUnhealthy, "is unhealthy: " + *reported
+	}
+	f := c.Failure()
+	if f == nil {
+		return ClassOther, "does not answer its health probe"
+	}
+	return f.Class, fmt.Sprintf("is unreachable: %s, %s: %s", f.Class, f.Class.Hint(), f.Message)
 }
 
 // Registry runs one Cluster per registration Secret.
@@ -320,7 +340,7 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 	for name, cfg := range r.opts.Static {
 		if err := r.addStatic(name, cfg); err != nil {
-			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", name, err))
+			klog.ErrorS(err, "Registering static member failed", "cluster", name)
 		}
 	}
 	// Process the Secrets and ClusterProfiles present at start before
@@ -636,12 +656,16 @@ func (r *Registry) register(reg *registration) error {
 		if isRefused(err) {
 			reason = ReasonRefusedConfig
 		}
-		return r.unconnected(reg, m, reason, fmt.Sprintf("%v", err))
+		return r.unconnected(reg, m, reason, ClassInvalidRegistration, fmt.Sprintf("%v", err))
 	}
 	r.configure(cfg)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
-		return r.unconnected(reg, m, ReasonClientFailed, fmt.Sprintf("building client for member %q: %v", cluster, err))
+		class := Classify(err)
+		if class == ClassOther {
+			class = ClassInvalidRegistration
+		}
+		return r.unconnected(reg, m, ReasonClientFailed, class, fmt.Sprintf("building client for member %q: %v", cluster, err))
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(cluster)
 	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
@@ -711,7 +735,7 @@ func (r *Registry) Reconsider(cluster string) {
 	r.mu.RUnlock()
 	if m != nil && m.static != nil {
 		if err := r.addStatic(cluster, m.static); err != nil {
-			utilruntime.HandleError(fmt.Errorf("registering static member %q: %w", cluster, err))
+			klog.ErrorS(err, "Registering static member failed", "cluster", cluster)
 		}
 		return
 	}
@@ -748,7 +772,7 @@ var errNotConnected = errors.New("member not connected")
 // connection: its hub objects are kept as the hub holds them, subject to
 // the unreachable policy, and the registration is retried with backoff.
 // Only unregistering withdraws a member.
-func (r *Registry) unconnected(reg *registration, m *member, reason, why string) error {
+func (r *Registry) unconnected(reg *registration, m *member, reason string, class ErrorClass, why string) error {
 	cluster, ref := reg.cluster, reg.ref
 	if m != nil && m.active != nil {
 		r.warn(ref, reason, "%s; keeping the previous connection to member %q", why, cluster)
@@ -777,7 +801,7 @@ func (r *Registry) unconnected(reg *registration, m *member, reason, why string)
 		m = &member{secret: reg.key, unconnectedSince: time.Now()}
 		r.members[cluster] = m
 	}
-	m.ref, m.policy, m.unconnected, m.registered = ref, reg.policy, why, reg.created.Time
+	m.ref, m.policy, m.unconnected, m.unconnectedClass, m.registered = ref, reg.policy, why, class, reg.created.Time
 	if m.elsewhere {
 		// Wanted here now, and cannot be connected: unreachable from now.
 		m.elsewhere, m.unconnectedSince = false, time.Now()
@@ -844,6 +868,7 @@ func (r *Registry) addStatic(name string, orig *rest.Config) error {
 // replaces the active one only once it has synced (make-before-break).
 func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	c.started = time.Now()
+	c.onWatchFailure = func(f Failure) { r.onWatchFailure(c, ref, f) }
 	go c.probeLoop(r.opts.ProbeInterval, r.opts.ProbeTimeout, func(healthy bool) { r.onHealthChanged(c, ref, healthy) })
 	synced := c.start(r.opts.SyncTimeout, func() { r.onSynced(c, ref) }, func() { r.onReconnected(c) })
 	if synced {
@@ -866,15 +891,19 @@ func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	if !current {
 		return
 	}
+	cause := ""
+	if f := c.Failure(); f != nil {
+		cause = fmt.Sprintf(" (%s: %s)", f.Class, f.Message)
+	}
 	if active {
 		r.connEventf(ref, corev1.EventTypeWarning, ReasonSyncTimeout,
-			"member %q did not sync within %s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout)
+			"member %q did not sync within %s%s; still trying, its last-known hub objects are kept", c.name, r.opts.SyncTimeout, cause)
 		r.handler.ClusterSyncTimedOut(c.name)
 	} else {
 		r.connEventf(ref, corev1.EventTypeWarning, ReasonRotationRejected,
-			"new kubeconfig for member %q did not sync within %s; keeping the previous connection while it keeps trying", c.name, r.opts.SyncTimeout)
+			"new kubeconfig for member %q did not sync within %s%s; keeping the previous connection while it keeps trying", c.name, r.opts.SyncTimeout, cause)
 	}
-	klog.InfoS("Member did not sync in time", "cluster", c.name, "timeout", r.opts.SyncTimeout)
+	klog.InfoS("Member did not sync in time", "cluster", c.name, "timeout", r.opts.SyncTimeout, "cause", strings.TrimSpace(cause))
 }
 
 func (r *Registry) onSynced(c *Cluster, ref *corev1.ObjectReference) {
@@ -936,15 +965,30 @@ func (r *Registry) onHealthChanged(c *Cluster, ref *corev1.ObjectReference, heal
 	switch {
 	case healthy:
 		r.connEventf(ref, corev1.EventTypeNormal, ReasonReachable, "member %q answers again", c.name)
+		klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)
 	default:
-		why := "does not answer its health probe"
-		if reported := c.reported.Load(); reported != nil && *reported != "" {
-			why = "is unhealthy: " + *reported
-		}
-		r.connEventf(ref, corev1.EventTypeWarning, ReasonUnreachable, "member %q %s; its last-known endpoints are kept unless an unreachable policy applies", c.name, why)
+		class, why := unreachableWhy(c)
+		r.connEventf(ref, corev1.EventTypeWarning, class.Reason(), "member %q %s; its last-known endpoints are kept unless an unreachable policy applies", c.name, why)
+		klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy, "cause", class, "message", why)
 	}
-	klog.InfoS("Member health changed", "cluster", c.name, "healthy", healthy)
 	r.handler.ClusterHealthChanged(c.name, healthy)
+}
+
+// onWatchFailure reports a member whose informers fail to list or watch
+// for a new cause. While its probe fails, the probe's Event said why.
+func (r *Registry) onWatchFailure(c *Cluster, ref *corev1.ObjectReference, f Failure) {
+	r.mu.RLock()
+	m := r.members[c.name]
+	current := m != nil && (m.active == c || m.pending == c)
+	r.mu.RUnlock()
+	if !current {
+		return
+	}
+	klog.InfoS("Member informers cannot list or watch", "cluster", c.name, "cause", f.Class, "err", f.Message)
+	if _, down := c.UnreachableSince(); down {
+		return
+	}
+	r.connEventf(ref, corev1.EventTypeWarning, f.Class.Reason(), "member %q cannot be listed or watched: %s, %s: %s; retrying", c.name, f.Class, f.Class.Hint(), f.Message)
 }
 
 // remove stops the member registered by a Secret or ClusterProfile and tells
@@ -1117,12 +1161,17 @@ func (r *Registry) ReportState() {
 			out = append(out, event{m.ref, corev1.EventTypeNormal, ReasonConnected,
 				fmt.Sprintf("member %q connected and synced; this replica now leads", name)})
 		case m.timedOut:
+			cause := ""
+			if f := c.Failure(); f != nil {
+				cause = fmt.Sprintf(" (%s: %s)", f.Class, f.Message)
+			}
 			out = append(out, event{m.ref, corev1.EventTypeWarning, ReasonSyncTimeout,
-				fmt.Sprintf("member %q did not sync within %s; still trying, its last-known hub objects are kept", name, r.opts.SyncTimeout)})
+				fmt.Sprintf("member %q did not sync within %s%s; still trying, its last-known hub objects are kept", name, r.opts.SyncTimeout, cause)})
 		}
 		if _, down := c.UnreachableSince(); down {
-			out = append(out, event{m.ref, corev1.EventTypeWarning, ReasonUnreachable,
-				fmt.Sprintf("member %q does not answer its health probe; its last-known endpoints are kept unless an unreachable policy applies", name)})
+			class, why := unreachableWhy(c)
+			out = append(out, event{m.ref, corev1.EventTypeWarning, class.Reason(),
+				fmt.Sprintf("member %q %s; its last-known endpoints are kept unless an unreachable policy applies", name, why)})
 		}
 	}
 	keys := make([]string, 0, len(r.rejections))

@@ -117,6 +117,9 @@ type MemberRow struct {
 	Registration string `json:"registration"`
 	Connected    string `json:"connected"` // True, False or Unknown
 	Healthy      string `json:"healthy"`   // from the member Lease
+	// Cause is why the daemon cannot reach the member, as it published
+	// on the member's Lease ("Timeout: ..."); "" when it did not say.
+	Cause string `json:"cause,omitempty"`
 	// Service describes the member Service: "ClusterIP http:80/TCP", or
 	// "not found", or "not read" (ReadError says why, if it was tried).
 	Service   string `json:"service"`
@@ -209,7 +212,8 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	if m.ControlPlane != "" && m.ReadError == "" {
 		row.ReadError = m.ControlPlane
 	}
-	down, since := unreachable(m.Lease, in.Now)
+	down, since, cause := unreachable(m.Lease, in.Now)
+	row.Cause = cause
 	switch {
 	case m.Lease == nil:
 	case down:
@@ -241,7 +245,7 @@ func memberRow(in Input, m Member, record *endpoints.Export, merged *endpoints.I
 	row.Export, row.Conditions = describeExport(in.Policy, m)
 	row.Hub = describeHub(m)
 	row.Owner = m.Owner
-	row.Verdict = verdict(in, m, record, merged, down, since)
+	row.Verdict = verdict(in, m, record, merged, down, since, cause)
 	if c := contradiction(in, m, row, down); c != "" {
 		row.Verdict += "; " + c
 		row.Contradicted = true
@@ -300,13 +304,39 @@ func registration(m Member) string {
 	}
 }
 
-// unreachable reports whether the member's Lease has lapsed, and since when.
-func unreachable(l *coordinationv1.Lease, now time.Time) (bool, time.Time) {
-	if l == nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return false, time.Time{}
+// unreachable reports whether the member is unreachable, since when, and
+// why: as the daemon published on its Lease the moment it saw it (a hung
+// member is unreachable long before its Lease lapses), or else whether the
+// Lease lapsed.
+func unreachable(l *coordinationv1.Lease, now time.Time) (bool, time.Time, string) {
+	if l == nil {
+		return false, time.Time{}, ""
+	}
+	if l.Annotations[easync.AnnotationReachable] == "false" {
+		since, err := time.Parse(time.RFC3339, l.Annotations[easync.AnnotationReachableSince])
+		if err != nil {
+			since = now
+		}
+		cause := ""
+		if r := l.Annotations[easync.AnnotationErrorReason]; r != "" {
+			cause = r + ": " + cut(l.Annotations[easync.AnnotationErrorMessage], 200)
+		}
+		return true, since, cause
+	}
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return false, time.Time{}, ""
 	}
 	expiry := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
-	return now.After(expiry), l.Spec.RenewTime.Time
+	return now.After(expiry), l.Spec.RenewTime.Time, ""
+}
+
+// cut shortens s to at most n runes.
+func cut(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-3]) + "..."
 }
 
 func describeService(svc *corev1.Service) string {
@@ -418,7 +448,7 @@ func describeHub(m Member) string {
 }
 
 // verdict is the one plain sentence of a member's row.
-func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult, down bool, since time.Time) string {
+func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.ImportResult, down bool, since time.Time, cause string) string {
 	ns := in.Namespace
 	if !in.Policy.Export.NamespaceSelected(ns) {
 		if in.Policy.Export.Include.Len() > 0 && !in.Policy.Export.Include.Has(ns) {
@@ -430,7 +460,7 @@ func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.Imp
 		return fmt.Sprintf("not exported: namespace %s is excluded by --exclude-namespaces", ns)
 	}
 	if down {
-		return staleVerdict(in, m, since)
+		return staleVerdict(in, m, since, cause)
 	}
 	if m.Read && m.ReadError == "" {
 		if v := memberVerdict(in.Policy, m); v != "" {
@@ -509,8 +539,9 @@ func memberVerdict(p Policy, m Member) string {
 	return ""
 }
 
-// staleVerdict explains a member whose Lease lapsed, by its policy.
-func staleVerdict(in Input, m Member, since time.Time) string {
+// staleVerdict explains an unreachable member by its policy, and why it is
+// unreachable when the daemon said.
+func staleVerdict(in Input, m Member, since time.Time, cause string) string {
 	grace, withdraw := in.Policy.UnreachableGrace, in.Policy.UnreachableWithdraw
 	if m.UnreachableGrace != nil {
 		grace = *m.UnreachableGrace
@@ -519,13 +550,17 @@ func staleVerdict(in Input, m Member, since time.Time) string {
 		withdraw = *m.UnreachableWithdraw
 	}
 	age := in.Now.Sub(since).Round(time.Second)
+	down := "stale: member unreachable for " + age.String()
+	if cause != "" {
+		down += " (" + cause + ")"
+	}
 	switch {
 	case withdraw > 0 && age >= withdraw:
-		return fmt.Sprintf("stale: member unreachable for %s; its endpoints are withdrawn (policy withdraw after %s)", age, withdraw)
+		return fmt.Sprintf("%s; its endpoints are withdrawn (policy withdraw after %s)", down, withdraw)
 	case grace > 0 && age >= grace:
-		return fmt.Sprintf("stale: member unreachable for %s; its endpoints are kept, marked not ready (policy not-ready after %s)", age, grace)
+		return fmt.Sprintf("%s; its endpoints are kept, marked not ready (policy not-ready after %s)", down, grace)
 	}
-	return fmt.Sprintf("stale: member unreachable for %s; its endpoints are kept (policy keep)", age)
+	return down + "; its endpoints are kept (policy keep)"
 }
 
 // conflictVerdict explains a conflict this member takes part in, or "".

@@ -126,6 +126,19 @@ func TestBuildVerdicts(t *testing.T) {
 			m.Lease, m.Read = lease(5*time.Minute), false
 			in.Members = []Member{m}
 		}, "stale: member unreachable for 5m0s; its endpoints are kept (policy keep)"},
+		{"hung, seen by the daemon before its Lease lapses", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Lease = lease(5 * time.Second)
+			m.Lease.Annotations = map[string]string{easync.AnnotationReachable: "false", easync.AnnotationReachableSince: now.Add(-3 * time.Second).Format(time.RFC3339),
+				easync.AnnotationErrorReason: "Timeout", easync.AnnotationErrorMessage: "context deadline exceeded"}
+			m.ReadError, m.Service, m.Export = "context deadline exceeded", nil, nil
+			in.Members = []Member{m}
+		}, "stale: member unreachable for 3s (Timeout: context deadline exceeded); its endpoints are kept (policy keep)"},
+		{"reachable again while its Lease is live", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.Lease.Annotations = map[string]string{easync.AnnotationReachable: "true", easync.AnnotationReachableSince: now.Add(-time.Minute).Format(time.RFC3339)}
+			in.Members = []Member{m}
+		}, "imported: 1 endpoint(s) in the hub"},
 		{"unreachable, withdrawn by the Secret's policy", func(in *Input) {
 			m := healthy("east", 80, time.Hour)
 			m.Lease, m.UnreachableWithdraw = lease(5*time.Minute), ptr.To(2*time.Minute)

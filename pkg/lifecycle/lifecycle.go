@@ -66,6 +66,11 @@ type State struct {
 	Since       time.Time
 	// Reason says why the member is unreachable, for Events and status.
 	Reason string
+	// Cause classifies why the member fails (clusters.ErrorClass:
+	// "Unauthorized", "Timeout", ...): why it is unreachable, or, while it
+	// answers its probe, why its informers cannot list or watch (Reason
+	// then says what failed). "" when nothing fails.
+	Cause string
 	// Policy holds the registration's overrides of the daemon's policies.
 	Policy Policy
 	// RegisteredAt is when the hub first saw the registration (its

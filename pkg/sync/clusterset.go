@@ -118,7 +118,7 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 		}
 		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
 		if err != nil {
-			klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "key", src.String(), "err", err)
+			klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "cluster", src.Cluster, "key", src.String(), "err", err)
 			unreadable = append(unreadable, src)
 			continue
 		}

@@ -188,6 +188,8 @@ type Controller struct {
 	// had fields the hub would refuse, what was removed.
 	invalidExports map[Key]string
 
+	// leaseWake asks runMemberLeases to publish members' health now.
+	leaseWake chan struct{}
 	// started is closed once startup garbage collection has been queued.
 	started chan struct{}
 	// stopped is closed when Run returns; timers end with it.
@@ -236,6 +238,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		lanes:      lanes,
 		written:    newWritten(),
 		waits:      newWaits(),
+		leaseWake:  make(chan struct{}, 1),
 		started:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 		retrying:   map[Key]struct{}{},
@@ -459,7 +462,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, conflictRetry)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
-		klog.V(2).InfoS("Sync failed, will retry", "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
 		c.setRetrying(key, true)
 		c.queue.AddRateLimited(key)
 	}

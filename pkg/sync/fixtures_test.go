@@ -42,6 +42,11 @@ type fakeMember struct {
 	// ranges (lifecycle.State).
 	registered time.Time
 	allowed    []netip.Prefix
+	// phase overrides the phase synced implies when set; cause and why
+	// are the lifecycle State's Cause and Reason; elsewhere: not owned.
+	phase      lifecycle.Phase
+	cause, why string
+	elsewhere  bool
 }
 
 func newFakeMember() *fakeMember {
@@ -63,6 +68,10 @@ func (m *fakeMember) state() lifecycle.State {
 	if !m.downSince.IsZero() {
 		st.Unreachable, st.Since = true, m.downSince
 	}
+	if m.phase != lifecycle.Unregistered {
+		st.Phase = m.phase
+	}
+	st.Cause, st.Reason, st.Owned = m.cause, m.why, !m.elsewhere
 	return st
 }
 func (m *fakeMember) ServiceLister() corelisters.ServiceLister {

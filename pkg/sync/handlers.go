@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
@@ -83,7 +84,7 @@ func (c *Controller) resyncMember(cluster string) {
 		if err != nil {
 			// Listing a cache fails only on a broken selector; the hub's
 			// objects below are queued all the same.
-			utilruntime.HandleError(fmt.Errorf("listing the Services of member %q: %w", cluster, err))
+			utilruntime.HandleErrorWithContext(context.TODO(), fmt.Errorf("listing the Services of member %q: %w", cluster, err), "Listing failed", "cluster", cluster)
 		}
 		for _, s := range svcs {
 			if !c.opts.Export.NamespaceSelected(s.Namespace) {
@@ -96,7 +97,7 @@ func (c *Controller) resyncMember(cluster string) {
 		// says the Service is missing.
 		exports, err := m.ServiceExports()
 		if err != nil {
-			utilruntime.HandleError(fmt.Errorf("listing the ServiceExports of member %q: %w", cluster, err))
+			utilruntime.HandleErrorWithContext(context.TODO(), fmt.Errorf("listing the ServiceExports of member %q: %w", cluster, err), "Listing failed", "cluster", cluster)
 		}
 		for _, se := range exports {
 			if c.opts.Export.NamespaceSelected(se.Namespace) {
@@ -109,12 +110,14 @@ func (c *Controller) resyncMember(cluster string) {
 	klog.V(2).InfoS("Queued member", "cluster", cluster, "phase", st.Phase.String(), "services", services)
 }
 
-// ClusterHealthChanged re-syncs a member when it recovers. When it fails
+// ClusterHealthChanged publishes the member's health on its Lease (see
+// runMemberLeases) and re-syncs a member when it recovers. When it fails
 // (or a registration that cannot connect is retried), it applies the step
 // of its unreachable policy that is due now, if it changed, and sets the
 // member's one policy timer to the moment the next step takes effect. A
 // recovery stops the timer.
 func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
+	c.wakeLeases()
 	if healthy {
 		c.policy.stop(cluster)
 		c.resyncMember(cluster)
@@ -152,7 +155,7 @@ func (c *Controller) ClusterRemoved(cluster string) {
 func (c *Controller) enqueueImportsOf(cluster string) {
 	objs, err := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
 	if err != nil {
-		utilruntime.HandleError(fmt.Errorf("listing the ServiceImports of cluster %q: %w", cluster, err))
+		utilruntime.HandleErrorWithContext(context.TODO(), fmt.Errorf("listing the ServiceImports of cluster %q: %w", cluster, err), "Listing failed", "cluster", cluster)
 	}
 	for _, o := range c.written.objects(resourceServiceImport) {
 		if keys, _ := importClusterIndex(o); slices.Contains(keys, cluster) {
@@ -178,7 +181,7 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
 		if err != nil {
 			// Only an index that does not exist fails, a bug: say so.
-			utilruntime.HandleError(fmt.Errorf("listing the hub objects of cluster %q: %w", cluster, err))
+			utilruntime.HandleErrorWithContext(context.TODO(), fmt.Errorf("listing the hub objects of cluster %q: %w", cluster, err), "Listing failed", "cluster", cluster)
 			continue
 		}
 		for _, o := range objs {

@@ -2,13 +2,13 @@ package sync
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -25,13 +25,101 @@ const (
 	resourceLease     = "leases"
 )
 
+// The daemon's own view of a member, published on its Lease as it changes,
+// so that status and explain see an outage when the daemon does, not only
+// when the Lease lapses.
+const (
+	// AnnotationReachable is "true" while the member answers the daemon's
+	// health probe, "false" while it does not (or cannot be connected).
+	AnnotationReachable = "endpoint-aggregator.io/reachable"
+	// AnnotationReachableSince is when AnnotationReachable last changed
+	// (RFC 3339).
+	AnnotationReachableSince = "endpoint-aggregator.io/reachable-since"
+	// AnnotationErrorReason classifies why the member fails now
+	// (clusters.ErrorClass: Unauthorized, ConnectionRefused, Timeout, ...):
+	// why it is unreachable, or why its informers cannot list or watch.
+	// AnnotationErrorMessage is the error. Both absent when nothing fails.
+	AnnotationErrorReason  = "endpoint-aggregator.io/error-reason"
+	AnnotationErrorMessage = "endpoint-aggregator.io/error-message"
+)
+
+// maxLeaseMessage bounds the error message on a Lease.
+const maxLeaseMessage = 1024
+
+// leaseHealth is what a member Lease publishes of the daemon's view.
+type leaseHealth struct {
+	reachable       bool
+	since           time.Time // of an outage; zero: when it is published
+	reason, message string
+}
+
+// desiredLeaseHealth is what the member's Lease should say, and false when
+// this replica has nothing to say: the member is not owned here, or is
+// connecting with nothing known yet.
+func desiredLeaseHealth(st lifecycle.State) (leaseHealth, bool) {
+	switch {
+	case !st.Registered() || !st.Owned:
+		return leaseHealth{}, false
+	case st.Unreachable:
+		return leaseHealth{since: st.Since, reason: st.Cause, message: st.Reason}, true
+	case st.Phase == lifecycle.Synced || st.Cause != "":
+		return leaseHealth{reachable: true, reason: st.Cause, message: st.Reason}, true
+	}
+	return leaseHealth{}, false
+}
+
+// healthChanged reports whether l says something else than h: whether the
+// member is reachable, or the reason it fails. A new message of the same
+// reason is not worth a write; it goes with the next one.
+func healthChanged(l *coordinationv1.Lease, h leaseHealth) bool {
+	return l.Annotations[AnnotationReachable] != strconv.FormatBool(h.reachable) ||
+		l.Annotations[AnnotationErrorReason] != h.reason
+}
+
+// setHealth writes h into l's annotations; since stays when reachability
+// did not change.
+func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	a := l.Annotations
+	if reachable := strconv.FormatBool(h.reachable); a[AnnotationReachable] != reachable || a[AnnotationReachableSince] == "" {
+		since := h.since
+		if since.IsZero() {
+			since = now
+		}
+		a[AnnotationReachable], a[AnnotationReachableSince] = reachable, since.UTC().Format(time.RFC3339)
+	}
+	delete(a, AnnotationErrorReason)
+	delete(a, AnnotationErrorMessage)
+	if h.reason != "" {
+		msg := h.message
+		if len(msg) > maxLeaseMessage {
+			msg = msg[:maxLeaseMessage-3] + "..."
+		}
+		a[AnnotationErrorReason], a[AnnotationErrorMessage] = h.reason, msg
+	}
+}
+
+// wakeLeases asks runMemberLeases to publish the members' health now.
+func (c *Controller) wakeLeases() {
+	select {
+	case c.leaseWake <- struct{}{}:
+	default:
+	}
+}
+
 // runMemberLeases publishes one Lease per member in the daemon's namespace,
 // renewed every quarter of its duration (the renewals spread evenly over
 // that time) while the member is synced and
 // answers its health probe, so anyone can tell a live member from a dead one
-// with `kubectl get leases`. Leases of unregistered members are deleted,
-// among them those found by a List of our Leases at the start (retried each
-// period until it succeeds).
+// with `kubectl get leases`. Its annotations carry the daemon's view of the
+// member (see AnnotationReachable), written when it changes: at once when
+// the member's health changes (wakeLeases), else with the period; a member
+// that cannot be read gets a Lease that says why, never renewed. Only the
+// replica that owns a member writes its Lease. Leases of unregistered
+// members are deleted, among them those found by a List of our Leases at
+// the start (retried each period until it succeeds).
 func (c *Controller) runMemberLeases(ctx context.Context) {
 	if c.opts.LeaseNamespace == "" || c.opts.LeaseDuration <= 0 {
 		return
@@ -39,49 +127,96 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 	known := map[string]*coordinationv1.Lease{}
 	listed := false
 	period := c.opts.LeaseDuration / 4
-	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
-		if !listed {
-			listed = c.listMemberLeases(ctx, known)
+	next := time.Now()
+	for {
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-c.leaseWake:
+			timer.Stop()
+			c.publishMemberHealth(ctx, known)
+			continue
+		case <-timer.C:
 		}
-		registered := map[string]bool{}
-		names := c.members.Names()
-		// Spread the renewals over most of the period: a burst of one
-		// write per member at once would stall the syncs' hub writes.
-		pace := time.NewTicker(max(time.Millisecond, period*4/5/time.Duration(max(1, len(names)))))
-		defer pace.Stop()
-		for i, name := range names {
-			registered[name] = true
-			if i > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-pace.C:
-				}
-			}
-			if st, _ := c.members.Lookup(name); st.Phase != lifecycle.Synced || st.Unreachable || !st.Owned {
-				continue // not renewed here: by its owner, or it expires on its own
-			}
-			if l, err := c.renewLease(ctx, name, known[name]); err != nil {
-				klog.V(2).InfoS("Renewing member Lease failed", "cluster", name, "err", err)
-				delete(known, name)
-			} else {
-				known[name] = l
+		// Not sliding: the next period starts period after this one did.
+		next = next.Add(period)
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+		c.renewMemberLeases(ctx, known, &listed, period)
+	}
+}
+
+// renewMemberLeases is one period of runMemberLeases.
+func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease, listed *bool, period time.Duration) {
+	if !*listed {
+		*listed = c.listMemberLeases(ctx, known)
+	}
+	registered := map[string]bool{}
+	names := c.members.Names()
+	// Spread the renewals over most of the period: a burst of one
+	// write per member at once would stall the syncs' hub writes.
+	pace := time.NewTicker(max(time.Millisecond, period*4/5/time.Duration(max(1, len(names)))))
+	defer pace.Stop()
+	for i, name := range names {
+		registered[name] = true
+		for waited := i == 0; !waited; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.leaseWake:
+				c.publishMemberHealth(ctx, known)
+			case <-pace.C:
+				waited = true
 			}
 		}
-		if merging, _ := c.owns(Key{}, lifecycle.State{}); !merging {
-			return // the merging replica deletes the Leases of unregistered members
+		st, _ := c.members.Lookup(name)
+		h, publish := desiredLeaseHealth(st)
+		if !publish {
+			continue // not written here: by its owner, or it expires on its own
 		}
-		for name, l := range known {
-			if registered[name] {
-				continue
-			}
-			err := c.hub.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
-			c.write.countWrite(resourceLease, verbDelete, err)
-			if err == nil || apierrors.IsNotFound(err) {
-				delete(known, name)
-			}
+		renew := st.Phase == lifecycle.Synced && !st.Unreachable
+		c.writeMemberLease(ctx, name, known, h, renew)
+	}
+	if merging, _ := c.owns(Key{}, lifecycle.State{}); !merging {
+		return // the merging replica deletes the Leases of unregistered members
+	}
+	for name, l := range known {
+		if registered[name] {
+			continue
 		}
-	}, period)
+		err := c.hub.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+		c.write.countWrite(resourceLease, verbDelete, err)
+		if err == nil || apierrors.IsNotFound(err) {
+			delete(known, name)
+		}
+	}
+}
+
+// publishMemberHealth writes the Leases whose health changed, and nothing
+// else: renewals keep their period.
+func (c *Controller) publishMemberHealth(ctx context.Context, known map[string]*coordinationv1.Lease) {
+	for _, name := range c.members.Names() {
+		st, _ := c.members.Lookup(name)
+		h, publish := desiredLeaseHealth(st)
+		if !publish || (known[name] != nil && !healthChanged(known[name], h)) {
+			continue
+		}
+		c.writeMemberLease(ctx, name, known, h, st.Phase == lifecycle.Synced && !st.Unreachable)
+	}
+}
+
+// writeMemberLease renews the member's Lease, or writes its health when
+// that changed, and remembers what it wrote.
+func (c *Controller) writeMemberLease(ctx context.Context, name string, known map[string]*coordinationv1.Lease, h leaseHealth, renew bool) {
+	if l, err := c.renewLease(ctx, name, known[name], h, renew); err != nil {
+		klog.V(2).InfoS("Writing member Lease failed", "cluster", name, "renew", renew, "err", err)
+		delete(known, name)
+	} else {
+		known[name] = l
+	}
 }
 
 // listMemberLeases adds to known the member Leases in the hub, among them
@@ -109,9 +244,10 @@ func (c *Controller) listMemberLeases(ctx context.Context, known map[string]*coo
 	return true
 }
 
-// renewLease creates or renews a member's Lease; last is what we last wrote
-// (nil when unknown).
-func (c *Controller) renewLease(ctx context.Context, cluster string, last *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+// renewLease creates or renews a member's Lease, with h in its annotations;
+// last is what we last wrote (nil when unknown). Unless renew, it only
+// writes h, when it changed, and creates a Lease that was never renewed.
+func (c *Controller) renewLease(ctx context.Context, cluster string, last *coordinationv1.Lease, h leaseHealth, renew bool) (*coordinationv1.Lease, error) {
 	api := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace)
 	now := metav1.NewMicroTime(time.Now())
 	if last == nil {
@@ -127,10 +263,12 @@ func (c *Controller) renewLease(ctx context.Context, cluster string, last *coord
 				Spec: coordinationv1.LeaseSpec{
 					HolderIdentity:       ptr.To(leaseHolder),
 					LeaseDurationSeconds: ptr.To(int32(c.opts.LeaseDuration / time.Second)),
-					AcquireTime:          &now,
-					RenewTime:            &now,
 				},
 			}
+			if renew {
+				l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+			}
+			setHealth(l, h, now.Time)
 			out, err := api.Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
 			c.write.countWrite(resourceLease, verbCreate, err)
 			return out, err
@@ -139,10 +277,19 @@ func (c *Controller) renewLease(ctx context.Context, cluster string, last *coord
 		}
 		last = got
 	}
+	if !renew && !healthChanged(last, h) {
+		return last, nil
+	}
 	l := last.DeepCopy()
-	l.Spec.HolderIdentity = ptr.To(leaseHolder)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.opts.LeaseDuration / time.Second))
-	l.Spec.RenewTime = &now
+	if renew {
+		l.Spec.HolderIdentity = ptr.To(leaseHolder)
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(c.opts.LeaseDuration / time.Second))
+		if l.Spec.AcquireTime == nil {
+			l.Spec.AcquireTime = &now
+		}
+		l.Spec.RenewTime = &now
+	}
+	setHealth(l, h, now.Time)
 	out, err := api.Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
 	c.write.countWrite(resourceLease, verbUpdate, err)
 	return out, err

@@ -2,6 +2,8 @@ package sync
 
 import (
 	"context"
+	"slices"
+	"strings"
 	stdsync "sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 const leaseTestNS = "ea-system"
@@ -68,5 +71,121 @@ func TestMemberLeasesFailedInitialListStillDeletesStaleLease(t *testing.T) {
 	}
 	if failures.Load() != 2 {
 		t.Errorf("%d Lease lists failed, want 2 (the reactor fails the first two)", failures.Load())
+	}
+}
+
+// TestMemberLeasePublishesTheDaemonsViewWhenItChanges: a member's Lease
+// carries whether the daemon reaches the member and, if not, why, written
+// once when that changes, not on every pass; an unreachable member's Lease
+// is not renewed; a member that was never read gets a Lease that says why
+// and was never renewed; a member owned elsewhere gets nothing from here;
+// and a daemon restarted on Leases that say what it sees writes nothing.
+func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
+	const period = time.Millisecond
+	opts := Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second}
+	f := newFixture(t, opts, nil, nil)
+	alpha := f.member("alpha")
+	other := f.member("other")
+	other.elsewhere = true
+	known := map[string]*coordinationv1.Lease{}
+	listed := false
+	get := func(name string) *coordinationv1.Lease {
+		t.Helper()
+		l, err := f.hub.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	// on is the fixture whose hub wantWrites looks at.
+	on := f
+	leaseWrites := func() []string {
+		var out []string
+		for _, w := range on.writes() {
+			if strings.Contains(w, " leases ") {
+				out = append(out, w)
+			}
+		}
+		on.hub.ClearActions()
+		return out
+	}
+	wantWrites := func(step string, want ...string) {
+		t.Helper()
+		if got := leaseWrites(); !slices.Equal(got, want) {
+			t.Errorf("%s: Lease writes %q, want %q", step, got, want)
+		}
+	}
+	alphaLease := leaseTestNS + "/" + MemberLeasePrefix + "alpha"
+
+	f.hub.ClearActions()
+	f.ctrl.renewMemberLeases(f.ctx, known, &listed, period)
+	wantWrites("first pass", "create leases "+alphaLease)
+	if l := get("alpha"); l.Annotations[AnnotationReachable] != "true" || l.Spec.RenewTime == nil || l.Annotations[AnnotationErrorReason] != "" {
+		t.Errorf("healthy member's Lease: annotations %v, renewTime %v", l.Annotations, l.Spec.RenewTime)
+	}
+	renewed := get("alpha").Spec.RenewTime.Time
+
+	// Unreachable: published at once, without a renewal, and only once.
+	down := time.Now().Add(-3 * time.Second).Truncate(time.Second)
+	alpha.downSince, alpha.cause, alpha.why = down, "Timeout", "context deadline exceeded"
+	f.ctrl.publishMemberHealth(f.ctx, known)
+	wantWrites("member unreachable", "update leases "+alphaLease)
+	l := get("alpha")
+	if l.Annotations[AnnotationReachable] != "false" || l.Annotations[AnnotationErrorReason] != "Timeout" ||
+		l.Annotations[AnnotationErrorMessage] != "context deadline exceeded" || l.Annotations[AnnotationReachableSince] != down.UTC().Format(time.RFC3339) {
+		t.Errorf("unreachable member's Lease annotations %v", l.Annotations)
+	}
+	if !l.Spec.RenewTime.Time.Equal(renewed) {
+		t.Errorf("an unreachable member's Lease was renewed: %v, was %v", l.Spec.RenewTime, renewed)
+	}
+	f.ctrl.publishMemberHealth(f.ctx, known)
+	f.ctrl.renewMemberLeases(f.ctx, known, &listed, period)
+	alpha.why = "context deadline exceeded (Client.Timeout exceeded)"
+	f.ctrl.publishMemberHealth(f.ctx, known)
+	wantWrites("nothing changed but the message")
+
+	alpha.cause, alpha.why = "ConnectionRefused", "connect: connection refused"
+	f.ctrl.publishMemberHealth(f.ctx, known)
+	wantWrites("another cause", "update leases "+alphaLease)
+
+	// A member that cannot be connected: a Lease that says why.
+	beta := f.member("beta")
+	beta.phase, beta.synced, beta.downSince = lifecycle.Registered, false, down
+	beta.cause, beta.why = "InvalidRegistration", "kubeconfig does not parse"
+	f.ctrl.publishMemberHealth(f.ctx, known)
+	wantWrites("unconnected member", "create leases "+leaseTestNS+"/"+MemberLeasePrefix+"beta")
+	if l := get("beta"); l.Spec.RenewTime != nil || l.Annotations[AnnotationErrorReason] != "InvalidRegistration" {
+		t.Errorf("unconnected member's Lease: renewTime %v, annotations %v", l.Spec.RenewTime, l.Annotations)
+	}
+
+	// Restart: a new controller on these Leases, a third member still
+	// connecting, writes nothing.
+	leases, err := f.hub.CoordinationV1().Leases(leaseTestNS).List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for i := range leases.Items {
+		objs = append(objs, &leases.Items[i])
+	}
+	g := newFixture(t, opts, objs, nil)
+	g.members = f.members
+	g.ctrl.members = f.members
+	gamma := g.member("gamma")
+	gamma.synced = false
+	g.hub.ClearActions()
+	restartKnown, restartListed := map[string]*coordinationv1.Lease{}, false
+	g.ctrl.renewMemberLeases(g.ctx, restartKnown, &restartListed, period)
+	g.ctrl.publishMemberHealth(g.ctx, restartKnown)
+	on = g
+	wantWrites("restart")
+
+	// Healthy again: the renewal says so.
+	alpha.downSince, alpha.cause, alpha.why = time.Time{}, "", ""
+	g.ctrl.publishMemberHealth(g.ctx, restartKnown)
+	wantWrites("member answers again", "update leases "+alphaLease)
+	if l, _ := g.hub.CoordinationV1().Leases(leaseTestNS).Get(g.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); l.Annotations[AnnotationReachable] != "true" ||
+		l.Annotations[AnnotationErrorReason] != "" || !l.Spec.RenewTime.After(renewed) {
+		t.Errorf("recovered member's Lease: annotations %v, renewTime %v", l.Annotations, l.Spec.RenewTime)
 	}
 }

@@ -37,12 +37,12 @@ func (c *Controller) reportRefused(key Key, r *endpoints.Refusals) {
 	if r == nil || r.Total() == 0 {
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonEndpointsAccepted,
 			"cluster %s: no endpoint of its export is refused any more", key.Cluster)
-		klog.InfoS("Member endpoints no longer refused", "key", key.String())
+		klog.InfoS("Member endpoints no longer refused", "cluster", key.Cluster, "key", key.String())
 		return
 	}
 	msg := refusalMessage(key.Cluster, r)
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonEndpointsRefused, msg)
-	klog.InfoS("Refused member endpoints", "key", key.String(), "message", msg)
+	klog.InfoS("Refused member endpoints", "cluster", key.Cluster, "key", key.String(), "message", msg)
 }
 
 // refusalMessage says how many endpoints of a cluster's export were
@@ -60,18 +60,18 @@ func (c *Controller) reportAdmission(key Key, admitted bool, why string) {
 	}
 	if admitted {
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonExportAdmitted, "cluster %s: its export is within the member's bounds again and imported", key.Cluster)
-		klog.InfoS("Member export admitted", "key", key.String())
+		klog.InfoS("Member export admitted", "cluster", key.Cluster, "key", key.String())
 		return
 	}
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonExportRefused, why)
-	klog.InfoS("Member export refused", "key", key.String(), "message", why)
+	klog.InfoS("Member export refused", "cluster", key.Cluster, "key", key.String(), "message", why)
 }
 
 // reportInvalidExport says, when it changed, what was removed from a
 // member's Service and export before its hub objects were built.
 func (c *Controller) reportInvalidExport(key Key, problems []string) {
 	if len(problems) == 0 {
-		klog.InfoS("Member export valid again", "key", key.String())
+		klog.InfoS("Member export valid again", "cluster", key.Cluster, "key", key.String())
 		return
 	}
 	ref := &corev1.ObjectReference{
@@ -80,5 +80,5 @@ func (c *Controller) reportInvalidExport(key Key, problems []string) {
 	}
 	msg := fmt.Sprintf("cluster %s: its export of %s/%s has what the hub would refuse; ignored: %s", key.Cluster, key.Namespace, key.Name, strings.Join(problems, "; "))
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonInvalidExport, msg)
-	klog.InfoS("Invalid member export", "key", key.String(), "message", msg)
+	klog.InfoS("Invalid member export", "cluster", key.Cluster, "key", key.String(), "message", msg)
 }

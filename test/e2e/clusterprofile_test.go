@@ -223,8 +223,11 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 		if since, down := d.Registry.Get("east").UnreachableSince(); down {
 			t.Errorf("east unreachable since %s after the rotation", since)
 		}
-		if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); strings.Contains(ev, clusters.ReasonUnreachable) {
-			t.Errorf("east was unreachable during the rotation; events:\n%s", ev)
+		ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east")
+		for _, reason := range clusters.FailureReasons() {
+			if strings.Contains(ev, reason+":") {
+				t.Errorf("east was unreachable during the rotation; events:\n%s", ev)
+			}
 		}
 	})
 
@@ -234,8 +237,9 @@ func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testin
 			if _, down := d.Registry.Get("east").UnreachableSince(); !down {
 				return fmt.Errorf("east not unreachable yet")
 			}
-			if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); !strings.Contains(ev, clusters.ReasonUnreachable+": member \"east\" is unhealthy: the cluster manager reports ControlPlaneHealthy=False") {
-				return fmt.Errorf("no %s Event naming the condition; events:\n%s", clusters.ReasonUnreachable, ev)
+			reason := clusters.ClassUnhealthy.Reason()
+			if ev := eventsAbout(t, e, fleetNamespace, "ClusterProfile", "east"); !strings.Contains(ev, reason+": member \"east\" is unhealthy: the cluster manager reports ControlPlaneHealthy=False") {
+				return fmt.Errorf("no %s Event naming the condition; events:\n%s", reason, ev)
 			}
 			return nil
 		})

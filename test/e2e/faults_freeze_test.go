@@ -52,8 +52,8 @@ func TestFaultMemberFrozenIsDetectedByItsProbeAndRecovers(t *testing.T) {
 	// interval + timeout before calling it missed.
 	bound := probeInterval + probeTimeout
 	eventually(t, bound+5*time.Second, func() error {
-		if eventCount(t, e, "east", clusters.ReasonUnreachable) == 0 {
-			return fmt.Errorf("no %s Event on east's Secret yet", clusters.ReasonUnreachable)
+		if reason := clusters.ClassTimeout.Reason(); eventCount(t, e, "east", reason) == 0 {
+			return fmt.Errorf("no %s Event on east's Secret yet", reason)
 		}
 		return nil
 	})

@@ -54,8 +54,8 @@ func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T)
 		if since, down = c.UnreachableSince(); !down {
 			return fmt.Errorf("east not unreachable yet")
 		}
-		if ev := secretEvents(t, e, "east"); !strings.Contains(ev, clusters.ReasonUnreachable) {
-			return fmt.Errorf("no %s Event on east's Secret; events:\n%s", clusters.ReasonUnreachable, ev)
+		if reason := clusters.ClassConnectionRefused.Reason(); !strings.Contains(secretEvents(t, e, "east"), reason) {
+			return fmt.Errorf("no %s Event on east's Secret; events:\n%s", reason, secretEvents(t, e, "east"))
 		}
 		if n := d.Controller.Pending(); n > 0 {
 			return fmt.Errorf("%d keys queued or retrying", n)

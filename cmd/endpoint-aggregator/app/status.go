@@ -70,7 +70,9 @@ or a member that is being withdrawn).
                      or Unknown when there are none (Events expire after an
                      hour by default). A Lease endpoint-aggregator-member-<name>
                      in the namespace, when present, decides CONNECTED: renewed
-                     within its duration or not.
+                     within its duration or not, unless the daemon published
+                     on it that the member is unreachable (it does so as soon
+                     as its probe sees it, before the Lease lapses).
   SERVICES           member Services the hub imports (ServiceImport
                      status.clusters and per-cluster Services).
   OWNER              with replicas sharing the members (--shard-members):
@@ -78,7 +80,10 @@ or a member that is being withdrawn).
                      while it is handed to replica X, "(lapsed)" when that
                      replica's peer Lease was not renewed in time.
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
-  LAST ERROR         the message of the latest Warning Event, if not
+  LAST ERROR         why the member fails, its cause first (Unauthorized,
+                     Forbidden, TLSError, ConnectionRefused, Timeout, DNSError,
+                     NotAPIServer, ...), as the daemon published it on the
+                     member Lease; else the latest Warning Event, if not
                      resolved since (full text with -o json or -o yaml).
   AGE                age of the registration Secret.
 

@@ -64,6 +64,14 @@ type memberStatus struct {
 	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
 	// CreationTimestamp is the Secret's.
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
+	// Cause classifies why the member fails now, as the daemon publishes
+	// it on the member's Lease (Unauthorized, Timeout, ...); since
+	// UnreachableSince while it is unreachable.
+	Cause            string       `json:"cause,omitempty"`
+	UnreachableSince *metav1.Time `json:"unreachableSince,omitempty"`
+	// errReason is the reason of the Event LastError comes from, errAt its time.
+	errReason string
+	errAt     time.Time
 	// Who writes the member's hub objects, with --shard-members.
 	ownership `json:",inline"`
 }
@@ -128,10 +136,14 @@ type statusReport struct {
 // MemberRemoved mean neither; InvalidKubeconfig, KubeconfigRefused,
 // MemberClientFailed and RotationRejected keep a previous connection (the
 // daemon does) and are the LAST ERROR, as is every Warning;
-// MemberUnreachable and MemberReachable switch CONNECTED only. Events expire
-// (one hour by default), so a long-connected member may have none: Unknown.
-// A member Lease, when the daemon keeps one, decides CONNECTED: renewed
-// within its duration means connected.
+// MemberUnreachable, the reasons that name a cause (MemberUnauthorized,
+// MemberTimeout, ...; LAST ERROR starts with the cause) and MemberReachable
+// switch CONNECTED only; a sync timeout after a cause keeps the cause as
+// LAST ERROR. Events expire (one hour by default), so a long-connected
+// member may have none: Unknown. A member Lease, when the daemon keeps one,
+// decides CONNECTED: renewed within its duration means connected, unless
+// the daemon published on it that the member is unreachable, which also
+// gives LAST ERROR (see applyLeaseHealth).
 //
 // SERVICES counts the distinct member Services behind the daemon's
 // ServiceImports (status.clusters) and per-cluster Services; ENDPOINTS sums
@@ -228,6 +240,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 				r.Connected = statusFalse
 			}
 		}
+		applyLeaseHealth(r, leases[r.Name])
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if rows[i].Name != rows[j].Name {
@@ -256,15 +269,22 @@ func applyEvents(row *memberStatus, s *corev1.Secret, events []corev1.Event) {
 	}
 	sort.SliceStable(mine, func(i, j int) bool { return eventBefore(&mine[i], &mine[j]) })
 	errReason := "" // the Event LastError comes from
-	setError := func(e *corev1.Event) { row.LastError, errReason = e.Message, e.Reason }
+	setError := func(e *corev1.Event) { row.LastError, errReason, row.errAt = e.Message, e.Reason, eventTime(e) }
+	defer func() { row.errReason = errReason }()
 	for i := range mine {
 		e := &mine[i]
-		switch e.Reason {
+		reason := e.Reason
+		if memberFailureReason(reason) {
+			reason = clusters.ReasonUnreachable // its class is in LAST ERROR
+		}
+		switch reason {
 		case clusters.ReasonConnected, clusters.ReasonRotated:
 			row.Connected, row.Synced, row.LastError, errReason = statusTrue, statusTrue, "", ""
 		case clusters.ReasonSyncTimeout, clusters.ReasonInvalidName, clusters.ReasonDuplicateName:
 			row.Connected, row.Synced = statusFalse, statusFalse
-			setError(e)
+			if e.Reason != clusters.ReasonSyncTimeout || !memberFailureReason(errReason) {
+				setError(e) // a timeout keeps the cause said before
+			}
 		case clusters.ReasonMemberRemoved:
 			row.Connected, row.Synced = statusFalse, statusFalse
 		case clusters.ReasonInvalidConfig, clusters.ReasonRefusedConfig, clusters.ReasonClientFailed:
@@ -278,9 +298,10 @@ func applyEvents(row *memberStatus, s *corev1.Secret, events []corev1.Event) {
 		case clusters.ReasonUnreachable:
 			row.Connected = statusFalse // its caches, and hub objects, are kept
 			setError(e)
+			row.LastError = failureError(e)
 		case clusters.ReasonReachable:
 			row.Connected = statusTrue
-			if errReason == clusters.ReasonUnreachable {
+			if memberFailureReason(errReason) {
 				row.LastError, errReason = "", ""
 			}
 		default:

@@ -1,0 +1,75 @@
+package app
+
+import (
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// memberFailureReason reports whether an Event reason says a member fails
+// for a classified cause (MemberUnauthorized, MemberTimeout, ...) or an
+// unclassified one (MemberUnreachable).
+func memberFailureReason(reason string) bool {
+	_, ok := clusters.ClassOfReason(reason)
+	return ok
+}
+
+// failureError is the LAST ERROR of a member failure Event: its cause
+// first, so that a cut cell still says it.
+func failureError(e *corev1.Event) string {
+	if c, ok := clusters.ClassOfReason(e.Reason); ok && c != clusters.ClassOther {
+		return string(c) + ": " + e.Message
+	}
+	return e.Message
+}
+
+// leaseHealth is the daemon's view of a member as its Lease publishes it.
+type leaseHealth struct {
+	// Reachable is "true" or "false"; "" when the Lease says nothing.
+	Reachable string
+	Since     *metav1.Time
+	// Reason and Message say why the member fails; "" when it does not.
+	Reason, Message string
+}
+
+// leaseHealthOf reads the annotations easync.runMemberLeases writes.
+func leaseHealthOf(l *coordinationv1.Lease) leaseHealth {
+	if l == nil {
+		return leaseHealth{}
+	}
+	a := l.Annotations
+	h := leaseHealth{Reachable: a[easync.AnnotationReachable], Reason: a[easync.AnnotationErrorReason], Message: a[easync.AnnotationErrorMessage]}
+	if t, err := time.Parse(time.RFC3339, a[easync.AnnotationReachableSince]); err == nil {
+		h.Since = &metav1.Time{Time: t}
+	}
+	return h
+}
+
+// applyLeaseHealth lets the daemon's published view of the member decide
+// CONNECTED and LAST ERROR, over Events and the Lease's renewal: it is
+// written as soon as the daemon sees a change, before the Lease could
+// lapse. A member it reports reachable and not failing has no LAST ERROR
+// from an earlier failure Event.
+func applyLeaseHealth(r *memberStatus, l *coordinationv1.Lease) {
+	h := leaseHealthOf(l)
+	switch h.Reachable {
+	case "false":
+		r.Connected = statusFalse
+		r.UnreachableSince = h.Since
+	case "true":
+	default:
+		return
+	}
+	r.Cause = h.Reason
+	switch {
+	case h.Reason != "":
+		r.LastError = h.Reason + ": " + h.Message
+	case memberFailureReason(r.errReason) && h.Reachable == "true" && (h.Since == nil || r.errAt.Before(h.Since.Time)):
+		r.LastError = "" // the failure the Event told of is over
+	}
+}

@@ -1,0 +1,81 @@
+package app
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// healthLease is a member Lease renewed renewedAgo before statusNow with
+// the daemon's published view of the member.
+func healthLease(cluster string, renewedAgo time.Duration, reachable, since, reason, message string) coordinationv1.Lease {
+	l := memberLease(cluster, renewedAgo)
+	l.Annotations = map[string]string{easync.AnnotationReachable: reachable, easync.AnnotationReachableSince: since}
+	if reason != "" {
+		l.Annotations[easync.AnnotationErrorReason], l.Annotations[easync.AnnotationErrorMessage] = reason, message
+	}
+	return l
+}
+
+// TestStatusSaysWhyEachMemberFails: LAST ERROR starts with the cause the
+// daemon found, from its Events (a sync timeout after the cause keeps the
+// cause) or, over them, from what it published on the member's Lease; a
+// member whose Lease is still live but which the daemon published as
+// unreachable (a hung member) is not CONNECTED; one it published as
+// reachable again has no LAST ERROR left from its outage.
+func TestStatusSaysWhyEachMemberFails(t *testing.T) {
+	ago := func(d time.Duration) string { return statusNow.Add(-d).Format(time.RFC3339) }
+	in := statusInput{
+		Namespace: statusNS,
+		Secrets: []corev1.Secret{regSecret("revoked", "", time.Hour), regSecret("refused", "", time.Hour), regSecret("frozen", "", time.Hour),
+			regSecret("recovered", "", time.Hour), regSecret("rbac", "", time.Hour)},
+		Events: []corev1.Event{
+			secretEvent("revoked", "MemberUnauthorized", `member "revoked" is unreachable: Unauthorized, the member rejects the daemon's credentials: Unauthorized`, 20*time.Minute),
+			secretEvent("revoked", clusters.ReasonSyncTimeout, `member "revoked" did not sync within 30s (Unauthorized: Unauthorized); still trying`, 19*time.Minute),
+			secretEvent("refused", "MemberConnectionRefused", `member "refused" is unreachable: ConnectionRefused: dial tcp 127.0.0.1:1: connect: connection refused`, 20*time.Minute),
+			secretEvent("frozen", clusters.ReasonConnected, "connected", 30*time.Minute),
+			secretEvent("recovered", "MemberConnectionRefused", `member "recovered" is unreachable: ConnectionRefused`, 10*time.Minute),
+		},
+		Leases: []coordinationv1.Lease{
+			// Renewed 5s ago, for 30s: live, and yet the daemon saw it hang.
+			healthLease("frozen", 5*time.Second, "false", ago(3*time.Second), "Timeout", `probing member "frozen": context deadline exceeded`),
+			healthLease("recovered", 5*time.Second, "true", ago(5*time.Minute), "", ""),
+			healthLease("rbac", 5*time.Second, "true", ago(time.Hour), "Forbidden", `services is forbidden`),
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	want := map[string]struct{ connected, lastError, cause string }{
+		"revoked":   {statusFalse, `Unauthorized: member "revoked" is unreachable`, ""},
+		"refused":   {statusFalse, `ConnectionRefused: member "refused" is unreachable`, ""},
+		"frozen":    {statusFalse, `Timeout: probing member "frozen": context deadline exceeded`, "Timeout"},
+		"recovered": {statusTrue, "", ""},
+		"rbac":      {statusTrue, "Forbidden: services is forbidden", "Forbidden"},
+	}
+	for _, r := range rows {
+		w := want[r.Name]
+		if r.Connected != w.connected || !strings.HasPrefix(r.LastError, w.lastError) || (w.lastError == "" && r.LastError != "") || r.Cause != w.cause {
+			t.Errorf("%s: connected %s, last error %q, cause %q; want %s, %q…, %q", r.Name, r.Connected, r.LastError, r.Cause, w.connected, w.lastError, w.cause)
+		}
+	}
+	for _, r := range rows {
+		if r.Name == "frozen" && (r.UnreachableSince == nil || !r.UnreachableSince.Time.Equal(statusNow.Add(-3*time.Second))) {
+			t.Errorf("frozen: unreachableSince %v, want 3s before now", r.UnreachableSince)
+		}
+	}
+	var out bytes.Buffer
+	if err := printMemberStatuses(&out, "table", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, cell := range []string{"Unauthorized: member", "ConnectionRefused: member", "Timeout: probing member"} {
+		if !strings.Contains(out.String(), cell) {
+			t.Errorf("table does not show %q:\n%s", cell, out.String())
+		}
+	}
+}

@@ -77,6 +77,10 @@ or a member that is being withdrawn).
                      while it is handed to replica X, "(lapsed)" when that
                      replica's peer Lease was not renewed in time.
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
+  CONFLICT           how many ServiceImports of its exports have Conflict=True,
+                     which, and the conflict reasons (the condition's message
+                     with -o json or -o yaml; the ExportConflict Events on
+                     the ServiceImport say what differs).
   LAST ERROR         the message of the latest Warning Event, if not
                      resolved since (full text with -o json or -o yaml).
   AGE                age of the registration Secret.`,

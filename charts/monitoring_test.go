@@ -155,8 +155,8 @@ func TestAlertRulesFollowValues(t *testing.T) {
 			}
 		}
 	}
-	if n != 9 {
-		t.Errorf("%d alerts rendered, want 9", n)
+	if n != 10 {
+		t.Errorf("%d alerts rendered, want 10", n)
 	}
 }
 

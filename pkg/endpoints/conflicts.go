@@ -26,6 +26,12 @@ const (
 	AnnotationsConflict           = ConflictReason(mcsv1beta1.ServiceExportReasonAnnotationsConflict)
 )
 
+// ConflictReasons lists every ConflictReason, sorted.
+var ConflictReasons = []ConflictReason{
+	AnnotationsConflict, IPFamilyConflict, InternalTrafficPolicyConflict, LabelsConflict, PortConflict,
+	SessionAffinityConfigConflict, SessionAffinityConflict, TrafficDistributionConflict, TypeConflict,
+}
+
 // Conflict reports exports that lost a conflict of one reason.
 type Conflict struct {
 	Reason ConflictReason

@@ -85,14 +85,12 @@ func (w *hubWriter) applyService(ctx context.Context, key Key, ch endpoints.Serv
 // applyImport writes one round of a clusterset key's plan: the import's
 // create, the derived Service, then the import's spec or status, or for a
 // withdrawal the derived Service before the import.
-func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan, conflicts []endpoints.Conflict, out *outcome) error {
+func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan) error {
 	impOps := w.importOps()
 	if p := plan.CreateImport; p != nil {
-		created, err := create(ctx, w, impOps, key, p)
-		if err != nil {
+		if _, err := create(ctx, w, impOps, key, p); err != nil {
 			return err
 		}
-		out.exportConflicts(created, conflicts)
 	}
 	if err := w.applyService(ctx, key, plan.Derived); err != nil {
 		return err
@@ -103,11 +101,9 @@ func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.Imp
 		}
 	}
 	if p := plan.UpdateImport; p != nil {
-		updated, err := update(ctx, w, impOps, p)
-		if err != nil {
+		if _, err := update(ctx, w, impOps, p); err != nil {
 			return err
 		}
-		out.exportConflicts(updated, conflicts)
 	}
 	if p := plan.UpdateImportStatus; p != nil {
 		_, err := sendUpdate(w, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {

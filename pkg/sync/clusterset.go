@@ -15,9 +15,6 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
-// ReasonExportConflict is the Event reason on a ServiceImport whose exports disagree.
-const ReasonExportConflict = "ExportConflict"
-
 // syncClusterSet writes the objects merged across members for one service:
 // the ServiceImport and its derived Service. It merges the export records
 // the hub holds on each registered member's slices (readExports), never a
@@ -86,12 +83,15 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 			for _, k := range c.exportStatusKeys(key, before, view.Import) {
 				out.queue(k)
 			}
+			// The hub holds the import the merge planned, conflicts and
+			// all (none when a name conflict leaves it unwritten).
+			out.setConflicts(view.Import, conflicts(want))
 			if holder != nil && want != nil {
 				return newConflict(resourceServiceImport, holder, key)
 			}
 			return nil
 		}
-		if err := c.write.applyImport(ctx, key, plan, conflicts(want), out); err != nil {
+		if err := c.write.applyImport(ctx, key, plan); err != nil {
 			return err
 		}
 	}

@@ -187,6 +187,9 @@ type Controller struct {
 	// invalidExports holds, for each member key whose Service or export
 	// had fields the hub would refuse, what was removed.
 	invalidExports map[Key]string
+	// exportConflicts holds, for each clusterset key whose import's
+	// exports conflict, the conflicts last reported.
+	exportConflicts map[Key][]endpoints.Conflict
 
 	// leaseWake asks runMemberLeases to publish members' health now.
 	leaseWake chan struct{}
@@ -246,10 +249,11 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
 
-		ledger:         newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
-		refusedCounts:  map[Key][addresses.NumReasons]int{},
-		invalidExports: map[Key]string{},
-		startTime:      time.Now(),
+		ledger:          newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
+		refusedCounts:   map[Key][addresses.NumReasons]int{},
+		invalidExports:  map[Key]string{},
+		exportConflicts: map[Key][]endpoints.Conflict{},
+		startTime:       time.Now(),
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and

@@ -135,6 +135,9 @@ var (
 	refusedServicesDesc = prometheus.NewDesc(namespace+"_refused_member_services",
 		"Exports of each member refused because the member is past --max-member-services or --max-member-endpoints.",
 		[]string{"cluster"}, nil)
+	conflictedImportsDesc = prometheus.NewDesc(namespace+"_conflicted_imports",
+		"ServiceImports whose exports conflict, by reason (PortConflict, TypeConflict, LabelsConflict, ...; an import counts once under each of its reasons). Published by the replica that merges.",
+		[]string{"reason"}, nil)
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
@@ -147,6 +150,7 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- unechoedWritesDesc
 	ch <- refusedEndpointsDesc
 	ch <- refusedServicesDesc
+	ch <- conflictedImportsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -175,6 +179,9 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range addresses.Refused {
 			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(sum[r]), cluster, r.String())
 		}
+	}
+	for reason, n := range c.conflictedImports() {
+		ch <- prometheus.MustNewConstMetric(conflictedImportsDesc, prometheus.GaugeValue, float64(n), string(reason))
 	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))

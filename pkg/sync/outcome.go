@@ -3,7 +3,6 @@ package sync
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -38,6 +37,16 @@ type outcome struct {
 	// invalidExport lists what the sync removed from the member's Service
 	// and export before building hub objects from them.
 	invalidExport []string
+	// conflicts are a clusterset key's export conflicts once the hub holds
+	// the import the merge planned (nil: the sync did not get that far).
+	conflicts *importConflicts
+}
+
+// importConflicts are the conflicts of an import's exports, and the import
+// they are reported on (nil: the hub has no import of ours).
+type importConflicts struct {
+	imp  *mcsv1beta1.ServiceImport
+	list []endpoints.Conflict
 }
 
 // pendingWait is a precondition a sync found missing, and how to tell it
@@ -63,12 +72,13 @@ func (o *outcome) event(obj runtime.Object, eventType, reason, msg string) {
 	o.events = append(o.events, event{obj, eventType, reason, msg})
 }
 
-// exportConflicts records the disagreeing exports of an import that was
-// written, once per write rather than once per sync.
-func (o *outcome) exportConflicts(imp *mcsv1beta1.ServiceImport, conflicts []endpoints.Conflict) {
-	for _, cf := range conflicts {
-		o.event(imp, corev1.EventTypeWarning, ReasonExportConflict, string(cf.Reason)+": "+cf.Message)
+// setConflicts sets the export conflicts of the import the hub holds
+// (nil: none of ours).
+func (o *outcome) setConflicts(imp *mcsv1beta1.ServiceImport, conflicts []endpoints.Conflict) {
+	if imp == nil {
+		conflicts = nil
 	}
+	o.conflicts = &importConflicts{imp: imp, list: conflicts}
 }
 
 // applyNotices acts on what the write tracker found: owners to sync again,
@@ -97,8 +107,10 @@ func (c *Controller) expireWrites() {
 func (c *Controller) settle(key Key, out *outcome, err error) {
 	for _, e := range out.events {
 		c.recorder.Event(e.obj, e.eventType, e.reason, e.msg)
-		if e.reason == ReasonExportConflict {
-			klog.InfoS("Export conflict", "key", key.String(), "message", e.msg)
+	}
+	if out.conflicts != nil {
+		if before, changed := c.recordExportConflicts(key, out.conflicts.list); changed {
+			c.reportExportConflicts(key, out.conflicts, before)
 		}
 	}
 	if out.endpoints != nil && key.Cluster != "" && c.recordRefused(key, out.refused) {

@@ -22,6 +22,7 @@ func TestSyncStepsLeaveOutcomesToSettle(t *testing.T) {
 		"recorder": true, "metrics": true, "queue": true,
 		"enqueue": true, "waitFor": true, "wake": true,
 		"recordEndpoints": true, "reportConflict": true,
+		"recordExportConflicts": true, "reportExportConflicts": true,
 	}
 	fset := token.NewFileSet()
 	for _, name := range files {

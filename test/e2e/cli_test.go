@@ -256,7 +256,7 @@ func TestCLI(t *testing.T) {
 		// The replicas share the members by default: OWNER names the one
 		// replica, which writes east.
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
-		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME SECRET OWNER CONNECTED SYNCED SERVICES ENDPOINTS LAST ERROR AGE" ||
+		if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME SECRET OWNER CONNECTED SYNCED SERVICES ENDPOINTS CONFLICT LAST ERROR AGE" ||
 			!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "east east "+d.Identity()+" True True 2 5 <none> ") {
 			t.Errorf("status table:\n%s", stdout)
 		}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -156,6 +157,63 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 		}
 		if c := meta.FindStatusCondition(imp.Status.Conditions, "Conflict"); c == nil || c.Reason != "PortConflict" {
 			t.Errorf("ServiceImport Conflict condition %+v", c)
+		}
+	})
+
+	t.Run("a member renumbering a port raises ExportConflict once, and ConflictResolved when it agrees again", func(t *testing.T) {
+		// Only the import's Conflict condition changes: its ports are
+		// east's, the oldest export's, throughout.
+		east.service(t, "renumbered", nil)
+		west.service(t, "renumbered", nil)
+		east.export(t, "renumbered", nil)
+		west.export(t, "renumbered", nil)
+		east.condition(t, "renumbered", "Conflict", metav1.ConditionFalse, "NoConflicts")
+		renumber := func(port int32) {
+			t.Helper()
+			svc, err := west.kube.CoreV1().Services(appNamespace).Get(context.Background(), "renumbered", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Spec.Ports[0].Port = port
+			if _, err := west.kube.CoreV1().Services(appNamespace).Update(context.Background(), svc, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		renumber(8081)
+		east.condition(t, "renumbered", "Conflict", metav1.ConditionTrue, "PortConflict")
+		imp, err := e.serviceImport(t, "renumbered")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// On the import itself (its UID too, which kubectl describe
+		// matches).
+		importEvents := func(reason string) []corev1.Event {
+			list, err := e.hub.Client.CoreV1().Events(appNamespace).List(context.Background(), metav1.ListOptions{
+				FieldSelector: fields.Set{"involvedObject.kind": "ServiceImport", "involvedObject.name": "renumbered", "involvedObject.uid": string(imp.UID), "reason": reason}.String(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return list.Items
+		}
+		eventually(t, waitTimeout, func() error {
+			evs := importEvents(easync.ReasonExportConflict)
+			if len(evs) != 1 || evs[0].Type != corev1.EventTypeWarning || evs[0].Count > 1 ||
+				!strings.Contains(evs[0].Message, "PortConflict") || !strings.Contains(evs[0].Message, "west") {
+				return fmt.Errorf("ExportConflict Events %+v, want one Warning naming PortConflict and west", evs)
+			}
+			return nil
+		})
+		renumber(80)
+		east.condition(t, "renumbered", "Conflict", metav1.ConditionFalse, "NoConflicts")
+		eventually(t, waitTimeout, func() error {
+			if evs := importEvents(easync.ReasonConflictResolved); len(evs) != 1 || evs[0].Type != corev1.EventTypeNormal {
+				return fmt.Errorf("ConflictResolved Events %+v, want one Normal", evs)
+			}
+			return nil
+		})
+		if evs := importEvents(easync.ReasonExportConflict); len(evs) != 1 || evs[0].Count > 1 {
+			t.Errorf("ExportConflict Events %+v, want the one from before", evs)
 		}
 	})
 

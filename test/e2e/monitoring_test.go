@@ -18,12 +18,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
@@ -44,8 +46,9 @@ const (
 // first (a foreign holder keeps the Lease) while member slices change, so
 // the changes take over 5s to reach the hub; a member cut off after it
 // synced; a member that never answers; a hub admission policy that refuses
-// one service's slices; and a hub Service the daemon does not own holding
-// a per-cluster name. Every dashboard query and every alert expression must
+// one service's slices; a hub Service the daemon does not own holding
+// a per-cluster name; and two members exporting a service with different
+// port numbers. Every dashboard query and every alert expression must
 // return data through Prometheus's HTTP API; the no-leader expression must
 // return nothing once the daemon leads; and `promtool check metrics` must
 // find nothing to say about /metrics.
@@ -124,6 +127,13 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 	pointed.Endpoints[1].Addresses = []string{"10.0.0.200"}
 	applySlices(t, west.kube, "pointed", pointed)
 
+	// East and west export "renumbered" with different port numbers: an
+	// import in conflict.
+	for i, m := range []member{east, west} {
+		m.service(t, "renumbered", func(s *corev1.Service) { s.Spec.Ports[0].Port = int32(80 + i) })
+		m.export(t, "renumbered", nil)
+	}
+
 	alerts := chartAlerts(t, rules)
 	noLeader := alerts["EndpointAggregatorNoLeader"]
 	t.Run("no leader while another holder keeps the Lease", func(t *testing.T) {
@@ -144,6 +154,16 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		})
 	})
 	waitFor(t, e, "cart", map[string]int{"east": 3, "west": 3}, map[string]int{"east": 3, "west": 3})
+	eventually(t, waitTimeout, func() error {
+		imp, err := e.serviceImport(t, "renumbered")
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("import renumbered: Conflict %+v, want True", c)
+		}
+		return nil
+	})
 
 	// East is cut off after it synced.
 	proxy.Block()
@@ -190,7 +210,7 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		for _, name := range []string{"EndpointAggregatorNoLeader", "EndpointAggregatorMemberUnreachable",
 			"EndpointAggregatorMemberNotSynced", "EndpointAggregatorSyncErrors", "EndpointAggregatorHubWriteErrors",
 			"EndpointAggregatorPropagationSlow", "EndpointAggregatorNameConflicts", "EndpointAggregatorEndpointsRefused",
-			"EndpointAggregatorMemberWithoutOwner"} {
+			"EndpointAggregatorMemberWithoutOwner", "EndpointAggregatorExportConflicts"} {
 			if _, ok := alerts[name]; !ok {
 				t.Errorf("the chart has no alert %s", name)
 				continue

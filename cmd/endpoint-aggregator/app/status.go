@@ -80,6 +80,10 @@ or a member that is being withdrawn).
                      while it is handed to replica X, "(lapsed)" when that
                      replica's peer Lease was not renewed in time.
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
+  CONFLICT           how many ServiceImports of its exports have Conflict=True,
+                     which, and the conflict reasons (the condition's message
+                     with -o json or -o yaml; the ExportConflict Events on
+                     the ServiceImport say what differs).
   LAST ERROR         why the member fails, its cause first (Unauthorized,
                      Forbidden, TLSError, ConnectionRefused, Timeout, DNSError,
                      NotAPIServer, ...), as the daemon published it on the

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -69,6 +70,9 @@ type memberStatus struct {
 	// UnreachableSince while it is unreachable.
 	Cause            string       `json:"cause,omitempty"`
 	UnreachableSince *metav1.Time `json:"unreachableSince,omitempty"`
+	// Conflicts are the daemon's ServiceImports of the member's exports
+	// whose exports conflict (Conflict=True), sorted.
+	Conflicts []statusConflict `json:"conflicts,omitempty"`
 	// errReason is the reason of the Event LastError comes from, errAt its time.
 	errReason string
 	errAt     time.Time
@@ -112,6 +116,48 @@ func fenceOwnership(leases []coordinationv1.Lease, now time.Time) map[string]own
 		out[l.Labels[shard.LabelFenceCluster]] = o
 	}
 	return out
+}
+
+// statusConflict is a ServiceImport whose exports conflict: its
+// Conflict condition's reason(s) and message.
+type statusConflict struct {
+	Import  string `json:"import"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// importConflicts returns, for each cluster, the imports that list it and
+// whose exports conflict, sorted.
+func importConflicts(imports []mcsv1beta1.ServiceImport) map[string][]statusConflict {
+	out := map[string][]statusConflict{}
+	for i := range imports {
+		imp := &imports[i]
+		c := meta.FindStatusCondition(imp.Status.Conditions, endpoints.ConditionConflict)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			continue
+		}
+		sc := statusConflict{Import: imp.Namespace + "/" + imp.Name, Reason: c.Reason, Message: c.Message}
+		for _, cs := range imp.Status.Clusters {
+			out[cs.Cluster] = append(out[cs.Cluster], sc)
+		}
+	}
+	for _, list := range out {
+		sort.Slice(list, func(i, j int) bool { return list[i].Import < list[j].Import })
+	}
+	return out
+}
+
+// conflictCell is the CONFLICT column: how many imports of the member's
+// exports conflict, and which, why.
+func conflictCell(list []statusConflict) string {
+	if len(list) == 0 {
+		return "<none>"
+	}
+	names := make([]string, 0, len(list))
+	for _, c := range list {
+		names = append(names, c.Import+" ("+c.Reason+")")
+	}
+	return statusCell(fmt.Sprintf("%d: %s", len(list), strings.Join(names, ", ")), 60)
 }
 
 type statusEvent struct {
@@ -193,6 +239,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 	}
 
 	owners := fenceOwnership(in.Leases, now)
+	conflicts := importConflicts(in.ServiceImports)
 
 	var rows []memberStatus
 	seen := map[string]bool{}
@@ -224,6 +271,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 		r.ownership = owners[r.Name]
 		r.Services = len(services[r.Name])
 		r.Endpoints, r.ReadyEndpoints = total[r.Name], ready[r.Name]
+		r.Conflicts = conflicts[r.Name]
 		if l := leases[r.Name]; l != nil && l.Spec.RenewTime != nil {
 			renewed := l.Spec.RenewTime.Time
 			r.LeaseRenewTime = &metav1.Time{Time: renewed}
@@ -366,7 +414,7 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 		if sharded {
 			owner = "OWNER\t"
 		}
-		fmt.Fprintln(tw, "NAME\tSECRET\t"+owner+"CONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tLAST ERROR\tAGE")
+		fmt.Fprintln(tw, "NAME\tSECRET\t"+owner+"CONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tCONFLICT\tLAST ERROR\tAGE")
 		for _, r := range rows {
 			secret, age := r.Secret, "<unknown>"
 			if secret == "" {
@@ -382,7 +430,7 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 			if sharded {
 				secret += "\t" + r.cell()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, lastErr, age)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, conflictCell(r.Conflicts), lastErr, age)
 		}
 		return tw.Flush()
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,10 +276,10 @@ func TestPrintMemberStatuses(t *testing.T) {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	for i, want := range []string{
-		"NAME SECRET CONNECTED SYNCED SERVICES ENDPOINTS LAST ERROR AGE",
-		"east east True True 3 5 <none> 2d1h",
-		"west member-west False False 0 0 did not sync " + long[:80-len("did not sync ")-3] + "... 90s",
-		"hub <none> Unknown Unknown 1 0 <none> <unknown>",
+		"NAME SECRET CONNECTED SYNCED SERVICES ENDPOINTS CONFLICT LAST ERROR AGE",
+		"east east True True 3 5 <none> <none> 2d1h",
+		"west member-west False False 0 0 <none> did not sync " + long[:80-len("did not sync ")-3] + "... 90s",
+		"hub <none> Unknown Unknown 1 0 <none> <none> <unknown>",
 	} {
 		if got := fields(i); got != want {
 			t.Errorf("line %d:\n got %q\nwant %q", i, got, want)
@@ -400,5 +401,79 @@ func TestStatusExplainsAnEmptyNamespace(t *testing.T) {
 				t.Errorf("noRegistrations(%s) = %v; want namespace missing %t and a hint with %q", tc.ns, err, tc.missing, tc.wantInHint)
 			}
 		})
+	}
+}
+
+// CONFLICT counts, per member, the daemon's ServiceImports of its exports
+// with Conflict=True and names them with their reasons; -o json has the
+// condition's message too.
+func TestStatusShowsConflicts(t *testing.T) {
+	conflicted := func(imp mcsv1beta1.ServiceImport, status metav1.ConditionStatus, reason, message string) mcsv1beta1.ServiceImport {
+		imp.Status.Conditions = []metav1.Condition{{Type: endpoints.ConditionConflict, Status: status, Reason: reason, Message: message}}
+		return imp
+	}
+	portMsg := `port "http": cluster(s) west differ from cluster east, whose value is used (oldest export wins)`
+	in := statusInput{
+		Secrets: []corev1.Secret{regSecret("east", "", time.Hour), regSecret("west", "", time.Hour), regSecret("north", "", time.Hour)},
+		ServiceImports: []mcsv1beta1.ServiceImport{
+			conflicted(testServiceImport("shop", "web", "west", "north"), metav1.ConditionTrue, "LabelsConflict", "label \"tier\": ..."),
+			conflicted(testServiceImport("shop", "cart", "east", "west"), metav1.ConditionTrue, "PortConflict", portMsg),
+			conflicted(testServiceImport("shop", "orders", "east", "west", "north"), metav1.ConditionFalse, "NoConflicts", "all exports agree"),
+			testServiceImport("shop", "legacy", "north"), // no conditions yet
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	want := map[string][]string{"east": {"shop/cart"}, "west": {"shop/cart", "shop/web"}, "north": {"shop/web"}}
+	for _, r := range rows {
+		var got []string
+		for _, c := range r.Conflicts {
+			got = append(got, c.Import)
+		}
+		if !reflect.DeepEqual(got, want[r.Name]) {
+			t.Errorf("%s: conflicts %v, want %v", r.Name, got, want[r.Name])
+		}
+	}
+
+	var out bytes.Buffer
+	if err := printMemberStatuses(&out, "table", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	header := strings.Fields(lines[0])
+	col := slices.Index(header, "CONFLICT")
+	if col < 0 {
+		t.Fatalf("no CONFLICT column:\n%s", out.String())
+	}
+	start := strings.Index(lines[0], "CONFLICT")
+	cells := map[string]string{}
+	for _, l := range lines[1:] {
+		rest := l[start:]
+		end := strings.Index(rest, "   ") // the column padding
+		cells[strings.Fields(l)[0]] = rest[:end]
+	}
+	for name, cell := range map[string]string{
+		"east":  "1: shop/cart (PortConflict)",
+		"west":  "2: shop/cart (PortConflict), shop/web (LabelsConflict)",
+		"north": "1: shop/web (LabelsConflict)",
+	} {
+		if cells[name] != cell {
+			t.Errorf("%s: CONFLICT %q, want %q\n%s", name, cells[name], cell, out.String())
+		}
+	}
+
+	out.Reset()
+	if err := printMemberStatuses(&out, "json", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	var report statusReport
+	if err := json.Unmarshal(out.Bytes(), &report); err != nil {
+		t.Fatal(err)
+	}
+	if c := report.Members[0].Conflicts; report.Members[0].Name != "east" || len(c) != 1 ||
+		c[0] != (statusConflict{Import: "shop/cart", Reason: "PortConflict", Message: portMsg}) {
+		t.Errorf("JSON:\n%s", out.String())
+	}
+	if strings.Count(out.String(), `"conflicts"`) != 3 {
+		t.Errorf("JSON lists conflicts for a member without any, or omits some:\n%s", out.String())
 	}
 }

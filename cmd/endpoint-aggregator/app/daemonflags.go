@@ -46,9 +46,9 @@ func useDaemonConfig(ctx context.Context, hub *cliClients, ns string, fs *pflag.
 	for _, err := range errs {
 		fmt.Fprintf(errOut, "Warning: the daemon's configuration (ConfigMap %s): %v; using this command's default.\n", ref, err)
 	}
-	src := "the daemon's, published in ConfigMap " + ref
+	src := "as published in ConfigMap " + ref
 	if c.Version != "" {
-		src += " by version " + c.Version
+		src += " by endpoint-aggregator " + c.Version
 	}
 	if len(diffs) > 0 {
 		src += ", overridden by flags given"

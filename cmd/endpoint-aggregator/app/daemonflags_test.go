@@ -59,7 +59,7 @@ func TestUseDaemonConfigFillsFlagsNotGivenAndWarnsOnThoseThatDiffer(t *testing.T
 	if mode != "annotation" || strings.Join(incl, ",") != "billing,shop" || grace != time.Minute || errOut.Len() != 0 {
 		t.Errorf("mode %q include %v grace %v; stderr %q", mode, incl, grace, errOut.String())
 	}
-	if !strings.Contains(d.Source, "ConfigMap endpoint-aggregator/endpoint-aggregator-config by version") {
+	if !strings.Contains(d.Source, "ConfigMap endpoint-aggregator/endpoint-aggregator-config by endpoint-aggregator ") {
 		t.Errorf("source %q", d.Source)
 	}
 

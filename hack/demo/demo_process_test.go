@@ -79,10 +79,11 @@ func TestDemoPrintsAMergedKubeconfigAndEndsCleanlyOnCtrlC(t *testing.T) {
 		// The demo cleans up after SIGTERM; SIGKILL its group if it hangs.
 		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
 		select {
-		case <-done:
+		case err := <-done:
+			t.Logf("demo ended after SIGTERM: %v", err)
 		case <-time.After(90 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
+			t.Logf("demo killed after 90s: %v", <-done)
 		}
 	})
 

@@ -78,7 +78,10 @@ func TestClassifyNamesTheCauseOfRealMemberErrors(t *testing.T) {
 	tlsServer := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(tlsServer.Close)
 	// No CA data: the test server's certificate is signed by an unknown CA.
-	_, x509Err := http.Get(tlsServer.URL)
+	resp, x509Err := http.Get(tlsServer.URL)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
 	plainServer := fakeServer(t, 200, "text/plain", "ok")
 
 	// A listener that accepts and never answers, as a frozen API server.

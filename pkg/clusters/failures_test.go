@@ -171,6 +171,7 @@ func TestWatchEndingNormallyIsNoFailure(t *testing.T) {
 	r := cache.NewReflector(&cache.ListWatch{}, &corev1.Service{}, cache.NewStore(cache.MetaNamespaceKeyFunc), 0)
 	var told []Failure
 	c.onWatchFailure = func(f Failure) { told = append(told, f) }
+	//nolint:staticcheck // NewGone: a plain 410, as older servers send it
 	for _, err := range []error{apierrors.NewResourceExpired("too old resource version"), apierrors.NewGone("gone"), io.EOF, io.ErrUnexpectedEOF} {
 		c.watchFailed(context.Background(), r, err)
 	}

@@ -149,14 +149,14 @@ func TestMetricsListenerServesTheCertificateOfItsDirectoryAndItsUpdates(t *testi
 	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), ReadHeaderTimeout: time.Second,
 		ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(tl) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	served := func() string {
 		t.Helper()
 		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test reads the served certificate
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		return strings.SplitN(c.ConnectionState().PeerCertificates[0].Subject.CommonName, "@", 2)[0]
 	}
 	if got := served(); got != "first.example" {

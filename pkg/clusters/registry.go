@@ -104,8 +104,9 @@ type Options struct {
 	NewClients func(cfg *rest.Config) (Clients, error)
 	// UserAgent is set on member clients.
 	UserAgent string
-	// WarningHandler handles API warnings of member clients.
-	WarningHandler rest.WarningHandler
+	// WarningHandler returns the handler of API warnings for a member's
+	// clients (nil: client-go's default).
+	WarningHandler func(cluster string) rest.WarningHandler
 	// ProbeInterval and ProbeTimeout pace the health probe of each member
 	// (DefaultProbeInterval, DefaultProbeTimeout): an unreachable member is
 	// noticed within interval + 2 × timeout (two failed probes in a row).
@@ -658,7 +659,7 @@ func (r *Registry) register(reg *registration) error {
 		}
 		return r.unconnected(reg, m, reason, ClassInvalidRegistration, fmt.Sprintf("%v", err))
 	}
-	r.configure(cfg)
+	r.configure(cfg, cluster)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		class := Classify(err)
@@ -812,11 +813,13 @@ func (r *Registry) unconnected(reg *registration, m *member, reason string, clas
 	return fmt.Errorf("%w: %s", errNotConnected, why)
 }
 
-// configure applies the daemon's client settings to a member's config.
-func (r *Registry) configure(cfg *rest.Config) {
+// configure applies the daemon's client settings to cluster's config.
+func (r *Registry) configure(cfg *rest.Config, cluster string) {
 	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
 	cfg.UserAgent = r.opts.UserAgent
-	cfg.WarningHandler = r.opts.WarningHandler
+	if r.opts.WarningHandler != nil {
+		cfg.WarningHandler = r.opts.WarningHandler(cluster)
+	}
 	if r.opts.DisableCompression {
 		cfg.DisableCompression = true
 	}
@@ -847,7 +850,7 @@ func (r *Registry) addStatic(name string, orig *rest.Config) error {
 		return nil
 	}
 	cfg := rest.CopyConfig(orig)
-	r.configure(cfg)
+	r.configure(cfg, name)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		return err

@@ -77,7 +77,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	cfg := rest.CopyConfig(hubConfig)
 	cfg.QPS, cfg.Burst = o.HubQPS, o.HubBurst
 	cfg.UserAgent = component + "/" + version()
-	cfg.WarningHandler = newWarningLogger("hub")
+	cfg.WarningHandler = newWarningLogger("hub", "")
 	hub, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
@@ -172,7 +172,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		WatchServiceExports: o.ExportMode == string(easync.ExportServiceExport),
 		Policy:              o.KubeconfigPolicy,
 		UserAgent:           cfg.UserAgent,
-		WarningHandler:      newWarningLogger("member"),
+		WarningHandler:      func(cluster string) rest.WarningHandler { return newWarningLogger("member", cluster) },
 		ClusterProfiles:     profiles,
 		Leading:             func() bool { return !o.LeaderElect || leading.Load() },
 		Wanted:              wanted,

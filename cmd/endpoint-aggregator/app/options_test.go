@@ -1,8 +1,12 @@
 package app
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -48,7 +52,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestWarningLoggerLogsEachWarningOnce(t *testing.T) {
-	w := newWarningLogger("hub")
+	w := newWarningLogger("hub", "")
 	for i := 0; i < 3; i++ {
 		w.HandleWarningHeader(299, "", "v1 Endpoints is deprecated")
 	}
@@ -56,5 +60,19 @@ func TestWarningLoggerLogsEachWarningOnce(t *testing.T) {
 	w.seen.Range(func(any, any) bool { n++; return true })
 	if n != 1 {
 		t.Fatalf("remembered %d warnings, want 1", n)
+	}
+}
+
+// TestMemberWarningsNameTheirCluster: a member client's warning is logged
+// with the member's name, as every log line about a member is.
+func TestMemberWarningsNameTheirCluster(t *testing.T) {
+	var buf bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	t.Cleanup(func() { klog.SetOutput(io.Discard); klog.LogToStderr(true) })
+	newWarningLogger("member", "east").HandleWarningHeader(299, "", "v1 Endpoints is deprecated")
+	klog.Flush()
+	if got := buf.String(); !strings.Contains(got, `cluster="east"`) || !strings.Contains(got, "v1 Endpoints is deprecated") {
+		t.Fatalf("logged %q, want the warning with cluster=\"east\"", got)
 	}
 }

@@ -10,11 +10,15 @@ import (
 // every core/v1 Endpoints write since Kubernetes 1.33; repeating that per
 // write would drown the log.
 type warningLogger struct {
-	source string
-	seen   stdsync.Map
+	source, cluster string
+	seen            stdsync.Map
 }
 
-func newWarningLogger(source string) *warningLogger { return &warningLogger{source: source} }
+// newWarningLogger logs the warnings of the hub's clients, or of one
+// member's when cluster is set.
+func newWarningLogger(source, cluster string) *warningLogger {
+	return &warningLogger{source: source, cluster: cluster}
+}
 
 // HandleWarningHeader implements rest.WarningHandler.
 func (w *warningLogger) HandleWarningHeader(code int, agent, text string) {
@@ -22,6 +26,10 @@ func (w *warningLogger) HandleWarningHeader(code int, agent, text string) {
 		return
 	}
 	if _, loaded := w.seen.LoadOrStore(text, struct{}{}); loaded {
+		return
+	}
+	if w.cluster != "" {
+		klog.InfoS("API server warning (logged once)", "source", w.source, "cluster", w.cluster, "warning", text)
 		return
 	}
 	klog.InfoS("API server warning (logged once)", "source", w.source, "warning", text)

@@ -21,7 +21,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
-	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions/apis/v1alpha1"
 	cplisters "sigs.k8s.io/cluster-inventory-api/client/listers/apis/v1alpha1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
@@ -244,17 +244,16 @@ func NewRegistry(hub kubernetes.Interface, recorder record.EventRecorder, handle
 	if opts.NewClients == nil {
 		opts.NewClients = defaultClients(opts.WatchServiceExports)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(hub, 0,
-		informers.WithNamespace(opts.Namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+	secretInformer := coreinformers.NewFilteredSecretInformer(hub, opts.Namespace, 0, claimIndexers(),
+		func(lo *metav1.ListOptions) {
 			lo.LabelSelector = labels.Set{LabelMemberCluster: MemberClusterValue}.String()
-		}))
+		})
 	r := &Registry{
 		opts:           opts,
 		handler:        handler,
 		recorder:       recorder,
-		secretInformer: f.Core().V1().Secrets().Informer(),
-		secrets:        f.Core().V1().Secrets().Lister(),
+		secretInformer: secretInformer,
+		secrets:        corelisters.NewSecretLister(secretInformer.GetIndexer()),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "member_secrets"}),
@@ -282,14 +281,12 @@ func (r *Registry) watchClusterProfiles() {
 	o := r.opts.ClusterProfiles
 	r.profiles = map[string]cplisters.ClusterProfileNamespaceLister{}
 	for _, ns := range o.Namespaces {
-		f := cpinformers.NewSharedInformerFactoryWithOptions(o.Client, 0,
-			cpinformers.WithNamespace(ns),
-			cpinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		inf := cpinformers.NewFilteredClusterProfileInformer(o.Client, ns, 0, claimIndexers(),
+			func(lo *metav1.ListOptions) {
 				if o.ClusterManager != "" {
 					lo.LabelSelector = labels.Set{cpv1alpha1.LabelClusterManagerKey: o.ClusterManager}.String()
 				}
-			}))
-		inf := f.Apis().V1alpha1().ClusterProfiles()
+			})
 		enqueue := func(obj interface{}) {
 			key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 			if err != nil {
@@ -298,7 +295,7 @@ func (r *Registry) watchClusterProfiles() {
 			}
 			r.queue.Add(profileKeyPrefix + key)
 		}
-		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: enqueue,
 			UpdateFunc: func(old, cur interface{}) {
 				if old.(*cpv1alpha1.ClusterProfile).ResourceVersion != cur.(*cpv1alpha1.ClusterProfile).ResourceVersion {
@@ -307,8 +304,8 @@ func (r *Registry) watchClusterProfiles() {
 			},
 			DeleteFunc: enqueue,
 		})
-		r.profileInformers = append(r.profileInformers, inf.Informer())
-		r.profiles[ns] = inf.Lister().ClusterProfiles(ns)
+		r.profileInformers = append(r.profileInformers, inf)
+		r.profiles[ns] = cplisters.NewClusterProfileLister(inf.GetIndexer()).ClusterProfiles(ns)
 	}
 }
 
@@ -740,10 +737,8 @@ func (r *Registry) Reconsider(cluster string) {
 		}
 		return
 	}
-	for _, cl := range r.claims() {
-		if cl.cluster == cluster {
-			r.queue.Add(cl.key)
-		}
+	for _, cl := range r.claimsOf(cluster) {
+		r.queue.Add(cl.key)
 	}
 }
 
@@ -1021,8 +1016,8 @@ func (r *Registry) remove(key string, ref *corev1.ObjectReference) {
 	klog.InfoS("Member removed", "cluster", name, "registration", key)
 	r.handler.ClusterRemoved(name)
 	// Another Secret or ClusterProfile may have been waiting for this name.
-	for _, cl := range r.claims() {
-		if cl.cluster == name && cl.key != key {
+	for _, cl := range r.claimsOf(name) {
+		if cl.key != key {
 			r.queue.Add(cl.key)
 		}
 	}
@@ -1036,19 +1031,73 @@ type claim struct {
 	ref     *corev1.ObjectReference
 }
 
+// claimIndex indexes registration Secrets and ClusterProfiles by the
+// cluster name they claim, valid or not.
+const claimIndex = "claim"
+
+// claimIndexers are the indexes of the Secret and ClusterProfile informers.
+func claimIndexers() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, claimIndex: claimedName}
+}
+
+// claimedName is the index function of claimIndex.
+func claimedName(obj interface{}) ([]string, error) {
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		return []string{ClusterName(o)}, nil
+	case *cpv1alpha1.ClusterProfile:
+		return []string{o.Name}, nil
+	}
+	return nil, nil
+}
+
+func secretClaim(s *corev1.Secret) claim {
+	return claim{key: s.Namespace + "/" + s.Name, cluster: ClusterName(s), created: s.CreationTimestamp, ref: secretRef(s)}
+}
+
+func profileClaim(cp *cpv1alpha1.ClusterProfile) claim {
+	return claim{key: profileKeyPrefix + cp.Namespace + "/" + cp.Name, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)}
+}
+
 // claims lists every registration Secret and watched ClusterProfile.
 func (r *Registry) claims() []claim {
 	var out []claim
 	if all, err := r.secrets.List(labels.Everything()); err == nil {
 		for _, s := range all {
-			out = append(out, claim{key: s.Namespace + "/" + s.Name, cluster: ClusterName(s), created: s.CreationTimestamp, ref: secretRef(s)})
+			out = append(out, secretClaim(s))
 		}
 	}
-	for ns, l := range r.profiles {
+	for _, l := range r.profiles {
 		if all, err := l.List(labels.Everything()); err == nil {
 			for _, cp := range all {
-				out = append(out, claim{key: profileKeyPrefix + ns + "/" + cp.Name, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)})
+				out = append(out, profileClaim(cp))
 			}
+		}
+	}
+	return out
+}
+
+// claimsOf lists the registration Secrets and watched ClusterProfiles that
+// claim a cluster name, from claimIndex.
+func (r *Registry) claimsOf(cluster string) []claim {
+	objs, err := r.secretInformer.GetIndexer().ByIndex(claimIndex, cluster)
+	if err != nil {
+		utilruntime.HandleError(fmt.Errorf("looking up the registrations of cluster %q: %w", cluster, err))
+	}
+	for _, inf := range r.profileInformers {
+		more, err := inf.GetIndexer().ByIndex(claimIndex, cluster)
+		if err != nil {
+			utilruntime.HandleError(fmt.Errorf("looking up the ClusterProfiles of cluster %q: %w", cluster, err))
+		}
+		objs = append(objs, more...)
+	}
+	out := make([]claim, 0, len(objs))
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Secret:
+			out = append(out, secretClaim(o))
+		case *cpv1alpha1.ClusterProfile:
+			out = append(out, profileClaim(o))
 		}
 	}
 	return out
@@ -1058,10 +1107,7 @@ func (r *Registry) claims() []claim {
 // name; the queue key breaks ties so every replica agrees.
 func (r *Registry) nameOwner(cluster string) *claim {
 	var owner *claim
-	for _, cl := range r.claims() {
-		if cl.cluster != cluster {
-			continue
-		}
+	for _, cl := range r.claimsOf(cluster) {
 		if owner == nil || cl.olderThan(owner) {
 			owner = &cl
 		}

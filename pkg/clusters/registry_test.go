@@ -416,3 +416,37 @@ func TestRegistryConnectsOnlyWantedMembers(t *testing.T) {
 		t.Errorf("east wanted and broken: %+v (warm %t), want registered, owned, unreachable with the reason, warm", st, r.Warm("east"))
 	}
 }
+
+// A Secret whose cluster-name annotation is edited claims the new name
+// only: the older Secret that was named like a newer one gives that name
+// up, and the newer one, ignored as a duplicate until then, takes it.
+func TestRegistryFollowsASecretRenamedToAnotherCluster(t *testing.T) {
+	r, hub, _, _ := startRegistry(t,
+		secret("older", "east", tokenKubeconfig, 2*time.Hour),
+		secret("newer", "east", tokenKubeconfig, time.Hour))
+	waitUntil(t, func() bool { c := r.Get("east"); return c != nil && c.HasSynced() })
+	if got := r.Get("east").secret; got != ns+"/older" {
+		t.Fatalf("east registered by %q, want the older Secret", got)
+	}
+
+	s, err := hub.CoreV1().Secrets(ns).Get(context.Background(), "older", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[AnnotationClusterName] = "west"
+	s.ResourceVersion = "2" // the fake API server does not bump it
+	if _, err := hub.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { c := r.Get("west"); return c != nil && c.HasSynced() && c.secret == ns+"/older" })
+	waitUntil(t, func() bool { c := r.Get("east"); return c != nil && c.HasSynced() && c.secret == ns+"/newer" })
+	if got := r.Names(); !slices.Equal(got, []string{"east", "west"}) {
+		t.Errorf("Names() = %v, want [east west]", got)
+	}
+	if got := r.claimsOf("east"); len(got) != 1 || got[0].key != ns+"/newer" {
+		t.Errorf("claims of east %+v, want only the newer Secret's", got)
+	}
+	if o := r.nameOwner("west"); o == nil || o.key != ns+"/older" {
+		t.Errorf("owner of west %+v, want the older Secret", o)
+	}
+}

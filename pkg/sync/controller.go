@@ -131,12 +131,11 @@ const queueName = "endpoint_aggregator"
 
 // Controller keeps the hub's aggregated objects in line with the members.
 type Controller struct {
-	opts    Options
-	members Members
-	hub     kubernetes.Interface
-	hubMCS  mcsclientset.Interface
-	// leases writes the member liveness Leases (Options.LeaseClient).
-	leases   kubernetes.Interface
+	opts     Options
+	members  Members
+	hub      kubernetes.Interface
+	hubMCS   mcsclientset.Interface
+	leases   kubernetes.Interface // of the member Leases (Options.LeaseClient)
 	recorder record.EventRecorder
 	metrics  *Metrics
 

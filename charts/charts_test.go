@@ -451,6 +451,8 @@ func TestChartPassesLeaseTimingsAndHubClientLimits(t *testing.T) {
 		"--set", "leaderElection.retryPeriod=4s",
 		"--set", "hubClient.qps=200",
 		"--set", "hubClient.burst=400",
+		"--set", "memberLeaseClient.qps=300",
+		"--set", "memberLeaseClient.burst=600",
 	))
 	checkFlags(t, c.Args, map[string]string{
 		"leader-elect-lease-duration": "30s",
@@ -458,6 +460,8 @@ func TestChartPassesLeaseTimingsAndHubClientLimits(t *testing.T) {
 		"leader-elect-retry-period":   "4s",
 		"kube-api-qps":                "200",
 		"kube-api-burst":              "400",
+		"member-lease-qps":            "300",
+		"member-lease-burst":          "600",
 	})
 }
 

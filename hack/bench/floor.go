@@ -29,10 +29,12 @@ import (
 // Leases the daemon keeps, at the same rate (keepLeases). Its times are what the API server
 // allows; the daemon is measured against them.
 type floor struct {
-	f       *fleet
-	mode    endpoints.PerClusterMode
-	hub     kubernetes.Interface
-	hubMCS  mcsclientset.Interface
+	f      *fleet
+	mode   endpoints.PerClusterMode
+	hub    kubernetes.Interface
+	hubMCS mcsclientset.Interface
+	// leases writes the member Leases (keepLeases).
+	leases  kubernetes.Interface
 	workers int
 	keys    []*floorKey // m*len(services)+s
 	writes  atomic.Int64
@@ -61,7 +63,13 @@ func newFloor(f *fleet, mode endpoints.PerClusterMode, hubCfg *rest.Config, qps 
 	if err != nil {
 		return nil, err
 	}
-	fl := &floor{f: f, mode: mode, hub: hub, hubMCS: hubMCS, workers: workers}
+	leaseCfg := rest.CopyConfig(cfg)
+	leaseCfg.QPS, leaseCfg.Burst = memberLeaseQPS, memberLeaseBurst
+	leases, err := kubernetes.NewForConfig(leaseCfg)
+	if err != nil {
+		return nil, err
+	}
+	fl := &floor{f: f, mode: mode, hub: hub, hubMCS: hubMCS, leases: leases, workers: workers}
 	for range len(f.members) * len(f.services) {
 		fl.keys = append(fl.keys, &floorKey{})
 	}

@@ -15,17 +15,25 @@ import (
 // memberLeaseDuration is the daemon's default --member-lease-duration.
 const memberLeaseDuration = 40 * time.Second
 
+// memberLeaseQPS and memberLeaseBurst are the daemon's default
+// --member-lease-qps and --member-lease-burst: its Leases' own limiter.
+const (
+	memberLeaseQPS   = 150
+	memberLeaseBurst = 300
+)
+
 // keepLeases is the floor's share of the member liveness Leases, hub objects
 // the daemon must write too: one Lease per member in the floor hub, created,
 // then renewed every quarter of memberLeaseDuration with the renewals spread
 // over that time, as the daemon does, until ctx ends. Its writes are counted
-// apart, as the daemon's are.
+// apart, as the daemon's are, and go through a client and rate limiter of
+// their own, as the daemon's do.
 func (fl *floor) keepLeases(ctx context.Context) {
 	if err := createNamespace(ctx, fl.hub, daemonNamespace); err != nil {
 		logf("floor: leases: %v", err)
 		return
 	}
-	api := fl.hub.CoordinationV1().Leases(daemonNamespace)
+	api := fl.leases.CoordinationV1().Leases(daemonNamespace)
 	leases := make([]*coordinationv1.Lease, len(fl.f.members))
 	period := memberLeaseDuration / 4
 	pace := time.NewTicker(period * 4 / 5 / time.Duration(max(1, len(leases))))

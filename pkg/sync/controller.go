@@ -75,6 +75,10 @@ type Options struct {
 	// their duration (renewed every quarter of it). Empty namespace: none.
 	LeaseNamespace string
 	LeaseDuration  time.Duration
+	// LeaseClient reads and writes the member liveness Leases; the daemon
+	// gives it a rate limiter of its own, so that renewals neither wait
+	// behind the aggregated writes nor delay them. Nil: the hub client.
+	LeaseClient kubernetes.Interface
 	// WriteExportStatus writes Valid/Ready/Conflict conditions to member
 	// ServiceExports (serviceexport mode only).
 	WriteExportStatus bool
@@ -131,6 +135,7 @@ type Controller struct {
 	members  Members
 	hub      kubernetes.Interface
 	hubMCS   mcsclientset.Interface
+	leases   kubernetes.Interface // of the member Leases (Options.LeaseClient)
 	recorder record.EventRecorder
 	metrics  *Metrics
 
@@ -218,12 +223,16 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.LeaseClient == nil {
+		opts.LeaseClient = hub
+	}
 	lanes := newLanes()
 	c := &Controller{
 		opts:     opts,
 		members:  members,
 		hub:      hub,
 		hubMCS:   hubMCS,
+		leases:   opts.LeaseClient,
 		recorder: opts.Recorder,
 		metrics:  opts.Metrics,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

@@ -157,7 +157,8 @@ func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*co
 	registered := map[string]bool{}
 	names := c.members.Names()
 	// Spread the renewals over most of the period: a burst of one
-	// write per member at once would stall the syncs' hub writes.
+	// write per member at once would queue on the lease client's rate
+	// limiter and load the hub API server in spikes.
 	pace := time.NewTicker(max(time.Millisecond, period*4/5/time.Duration(max(1, len(names)))))
 	defer pace.Stop()
 	for i, name := range names {
@@ -187,7 +188,7 @@ func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*co
 		if registered[name] {
 			continue
 		}
-		err := c.hub.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+		err := c.leases.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
 		c.write.countWrite(resourceLease, verbDelete, err)
 		if err == nil || apierrors.IsNotFound(err) {
 			delete(known, name)
@@ -226,7 +227,7 @@ func (c *Controller) writeMemberLease(ctx context.Context, name string, known ma
 // renewals of that period go on as usual. A Lease already in known (one we
 // wrote since) is newer than the listed one and is kept.
 func (c *Controller) listMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease) bool {
-	list, err := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
+	list, err := c.leases.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String(),
 	})
 	if err != nil {
@@ -248,7 +249,7 @@ func (c *Controller) listMemberLeases(ctx context.Context, known map[string]*coo
 // last is what we last wrote (nil when unknown). Unless renew, it only
 // writes h, when it changed, and creates a Lease that was never renewed.
 func (c *Controller) renewLease(ctx context.Context, cluster string, last *coordinationv1.Lease, h leaseHealth, renew bool) (*coordinationv1.Lease, error) {
-	api := c.hub.CoordinationV1().Leases(c.opts.LeaseNamespace)
+	api := c.leases.CoordinationV1().Leases(c.opts.LeaseNamespace)
 	now := metav1.NewMicroTime(time.Now())
 	if last == nil {
 		got, err := api.Get(ctx, MemberLeasePrefix+cluster, metav1.GetOptions{})

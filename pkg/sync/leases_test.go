@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -187,5 +188,34 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 	if l, _ := g.hub.CoordinationV1().Leases(leaseTestNS).Get(g.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); l.Annotations[AnnotationReachable] != "true" ||
 		l.Annotations[AnnotationErrorReason] != "" || !l.Spec.RenewTime.After(renewed) {
 		t.Errorf("recovered member's Lease: annotations %v, renewTime %v", l.Annotations, l.Spec.RenewTime)
+	}
+}
+
+// TestMemberLeasesUseTheLeaseClient: with a client of their own, the
+// member Leases are listed, read, written and deleted through it, and the
+// hub client (whose rate limiter the aggregated writes use) sends none of
+// those requests.
+func TestMemberLeasesUseTheLeaseClient(t *testing.T) {
+	leaseClient := kubefake.NewClientset(memberLease("gone"))
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second, LeaseClient: leaseClient}, nil, nil)
+	f.member("alpha")
+	f.hub.ClearActions()
+	known, listed := map[string]*coordinationv1.Lease{}, false
+	f.ctrl.renewMemberLeases(f.ctx, known, &listed, time.Millisecond)
+
+	var got []string
+	for _, a := range leaseClient.Actions() {
+		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	if want := []string{"list leases", "get leases", "create leases", "delete leases"}; !slices.Equal(got, want) {
+		t.Errorf("the lease client's requests %q, want %q", got, want)
+	}
+	for _, a := range f.hub.Actions() {
+		if a.GetResource().Resource == resourceLease {
+			t.Errorf("the hub client sent %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	if _, err := leaseClient.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); err != nil {
+		t.Errorf("alpha's Lease: %v", err)
 	}
 }

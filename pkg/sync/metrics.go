@@ -50,6 +50,11 @@ type Metrics struct {
 	// (create, update, update_status, delete) and result (success, error,
 	// conflict, not_found).
 	HubWrites *prometheus.CounterVec
+	// HubRequests counts every request sent to the hub API server, reads
+	// and watches too, by client (hub, lease) and verb (get, list, watch,
+	// create, update, patch, delete, deletecollection, other). Only the
+	// clients wrapped with CountRequests are counted.
+	HubRequests *prometheus.CounterVec
 	// Conflicts counts hub objects we would have written but did not because
 	// an object we do not own has the name, by resource.
 	Conflicts *prometheus.CounterVec
@@ -84,6 +89,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "hub_writes_total",
 			Help: "API writes to the hub, by resource, verb and result.",
 		}, []string{"resource", "verb", "result"}),
+		HubRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "hub_requests_total",
+			Help: "Requests sent to the hub API server, by client (hub, lease) and verb (get, list, watch, create, update, patch, delete, deletecollection, other).",
+		}, []string{"client", "verb"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "hub_conflicts_total",
 			Help: "Hub writes refused because an object not managed by endpoint-aggregator holds the name, by resource.",
@@ -115,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.HubRequests, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
 	}
 	return m
 }

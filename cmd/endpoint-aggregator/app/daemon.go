@@ -74,13 +74,18 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := rest.CopyConfig(hubConfig)
-	cfg.QPS, cfg.Burst = o.HubQPS, o.HubBurst
-	cfg.UserAgent = component + "/" + version()
-	cfg.WarningHandler = newWarningLogger("hub", "")
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	metrics := easync.NewMetrics(reg)
+	cfg, leaseCfg := o.hubClientConfigs(hubConfig, metrics)
 	hub, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
+	}
+	leases, err := kubernetes.NewForConfig(leaseCfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub client of the member Leases: %w", err)
 	}
 	hubMCS, err := mcsclientset.NewForConfig(cfg)
 	if err != nil {
@@ -104,16 +109,12 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: hub.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: component})
 
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "endpoint_aggregator_leader",
 		Help: "1 while this replica runs the workers (it holds the leader Lease, or runs without leader election), 0 while it stands by.",
 	})
 	reg.MustRegister(leader)
-	metrics := easync.NewMetrics(reg)
 	easync.RegisterWorkqueueMetrics(reg)
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	host, _ := os.Hostname()
@@ -134,6 +135,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		UnreachableWithdraw: o.UnreachableWithdraw,
 		LeaseNamespace:      o.Namespace,
 		LeaseDuration:       o.MemberLeaseDuration,
+		LeaseClient:         leases,
 		Recorder:            recorder,
 		Metrics:             metrics,
 		Addresses:           o.addressPolicy(),
@@ -180,6 +182,11 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	reg.MustRegister(ctrl, members.registry)
 	d.Controller, d.Registry = ctrl, members.registry
 	if o.sharded() {
+		// The fence and peer Leases, like the leader Lease, stay on the
+		// hub client: a peer renewal per retry period and fence writes
+		// on handovers cost the aggregated output little, and their wait
+		// in its limiter is bounded by its few concurrent callers, well
+		// within the renew deadline.
 		d.Coordinator = shard.New(hub, members.registry, ctrl, shard.Options{
 			Namespace:     o.Namespace,
 			Identity:      d.identity,
@@ -193,6 +200,23 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		reg.MustRegister(d.Coordinator)
 	}
 	return d, nil
+}
+
+// hubClientConfigs returns the configs of the daemon's two hub clients:
+// hub's (--kube-api-qps, --kube-api-burst) and lease's, of the member
+// liveness Leases (--member-lease-qps, --member-lease-burst). Each has a
+// rate limiter of its own and counts its requests in m.HubRequests.
+func (o *Options) hubClientConfigs(hubConfig *rest.Config, m *easync.Metrics) (hub, lease *rest.Config) {
+	base := rest.CopyConfig(hubConfig)
+	base.UserAgent = component + "/" + version()
+	base.WarningHandler = newWarningLogger("hub", "")
+	hub, lease = rest.CopyConfig(base), rest.CopyConfig(base)
+	hub.QPS, hub.Burst = o.HubQPS, o.HubBurst
+	hub.Wrap(m.CountRequests(easync.ClientHub))
+	lease.QPS, lease.Burst = o.MemberLeaseQPS, o.MemberLeaseBurst
+	lease.RateLimiter = nil // one given with hubConfig would be shared
+	lease.Wrap(m.CountRequests(easync.ClientLease))
+	return hub, lease
 }
 
 // clusterProfiles loads the access-provider file and builds the hub client

@@ -184,6 +184,9 @@ func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*co
 	if merging, _ := c.owns(Key{}, lifecycle.State{}); !merging {
 		return // the merging replica deletes the Leases of unregistered members
 	}
+	if !c.members.SecretsSynced() {
+		return // a name not known yet may still be registered
+	}
 	for name, l := range known {
 		if registered[name] {
 			continue

@@ -75,6 +75,46 @@ func TestMemberLeasesFailedInitialListStillDeletesStaleLease(t *testing.T) {
 	}
 }
 
+// TestMemberLeasesOfNamesNotKnownYetStayUntilRegistrationsSynced: a
+// replica that starts merging before its registry has read every
+// registration must not take a member it has not read yet for an
+// unregistered one and delete its Lease (its owner would then create it
+// again); once the registrations are known, a Lease of a name still not
+// registered goes.
+func TestMemberLeasesOfNamesNotKnownYetStayUntilRegistrationsSynced(t *testing.T) {
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 100 * time.Millisecond},
+		[]runtime.Object{memberLease("east")}, nil)
+	f.members.synced = false
+	run := func(d time.Duration) {
+		ctx, cancel := context.WithTimeout(f.ctx, d)
+		defer cancel()
+		f.ctrl.runMemberLeases(ctx)
+	}
+	leases := f.hub.CoordinationV1().Leases(leaseTestNS)
+
+	run(300 * time.Millisecond) // a dozen renewal periods
+	if _, err := leases.Get(f.ctx, MemberLeasePrefix+"east", metav1.GetOptions{}); err != nil {
+		t.Fatalf("east's Lease before the registrations synced: %v, want it kept", err)
+	}
+	for _, a := range f.hub.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Fatalf("a %s of %s before the registrations synced", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+
+	f.members.synced = true
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		run(100 * time.Millisecond)
+		if _, err := leases.Get(f.ctx, MemberLeasePrefix+"east", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("east is not registered once the registrations synced, and its Lease is still there")
+		}
+	}
+}
+
 // TestMemberLeasePublishesTheDaemonsViewWhenItChanges: a member's Lease
 // carries whether the daemon reaches the member and, if not, why, written
 // once when that changes, not on every pass; an unreachable member's Lease

@@ -110,39 +110,13 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 	e.register(t, "west", "west", e.west.Kubeconfig)
 	d := startChartDaemon(t, e, manifests, forbidden)
 
-	exportService(t, e.east.Client, "cart")
-	exportService(t, e.west.Client, "cart")
-	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-east-1", 1, 3, true))
-	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-west-1", 2, 2, true))
-	exportService(t, e.east.Client, "lonely")
-	applySlices(t, e.east.Client, "lonely", endpointSlice("lonely", "lonely-east-1", 3, 1, true))
-
-	// wait is eventually, failing at once when the daemon was refused.
-	wait := func(t *testing.T, f func() error) {
-		t.Helper()
-		eventually(t, waitTimeout, func() error {
-			if n, reqs := forbidden.get(); n > 0 {
-				t.Fatalf("%d requests as the chart's ServiceAccount were Forbidden:\n%s", n, strings.Join(reqs, "\n"))
-			}
-			return f()
-		})
-	}
+	exportCartAndLonely(t, e)
+	wait := waitUnforbidden(forbidden)
 
 	t.Run("the daemon aggregates both members with the chart's RBAC", func(t *testing.T) {
 		wait(t, func() error {
-			st := e.hubState(t, "cart")
-			if want := map[string]int{"east": 3, "west": 2}; !reflect.DeepEqual(st.total, want) || !reflect.DeepEqual(st.ready, want) {
-				return fmt.Errorf("hub slice endpoints per cluster: total %v ready %v, want %v", st.total, st.ready, want)
-			}
-			if !st.perClusterServices["east"] || !st.perClusterServices["west"] || !st.perClusterEndpoints["east"] || !st.perClusterEndpoints["west"] {
-				return fmt.Errorf("per-cluster Services %v, Endpoints %v", st.perClusterServices, st.perClusterEndpoints)
-			}
-			sort.Strings(st.importClusters)
-			if !reflect.DeepEqual(st.importClusters, []string{"east", "west"}) {
-				return fmt.Errorf("ServiceImport status.clusters %v", st.importClusters)
-			}
-			if st.derived == nil || st.derived.Spec.ClusterIP == "" {
-				return fmt.Errorf("derived Service missing or without ClusterIP")
+			if err := cartAggregated(t, e); err != nil {
+				return err
 			}
 			// The configuration the daemon publishes, as the chart's values say.
 			if c, err := daemonconfig.Read(ctx, e.hub.Client.CoreV1(), daemonNamespace); err != nil || c == nil || c.Flags["export-mode"] != "annotation" {
@@ -479,4 +453,51 @@ func eventsAbout(t *testing.T, e *env, ns, kind, name string) string {
 		out = append(out, ev.Reason+": "+ev.Message)
 	}
 	return strings.Join(out, "\n")
+}
+
+// exportCartAndLonely exports cart from east (3 endpoints) and west (2), and
+// lonely from east (1), as the chart tests' members do.
+func exportCartAndLonely(t *testing.T, e *env) {
+	t.Helper()
+	exportService(t, e.east.Client, "cart")
+	exportService(t, e.west.Client, "cart")
+	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-east-1", 1, 3, true))
+	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-west-1", 2, 2, true))
+	exportService(t, e.east.Client, "lonely")
+	applySlices(t, e.east.Client, "lonely", endpointSlice("lonely", "lonely-east-1", 3, 1, true))
+}
+
+// waitUnforbidden returns eventually, failing at once when the daemon was
+// refused.
+func waitUnforbidden(forbidden *forbiddenRecorder) func(t *testing.T, f func() error) {
+	return func(t *testing.T, f func() error) {
+		t.Helper()
+		eventually(t, waitTimeout, func() error {
+			if n, reqs := forbidden.get(); n > 0 {
+				t.Fatalf("%d requests as the chart's ServiceAccount were Forbidden:\n%s", n, strings.Join(reqs, "\n"))
+			}
+			return f()
+		})
+	}
+}
+
+// cartAggregated says what the hub lacks of cart as exportCartAndLonely
+// exports it: its MCS slices, per-cluster Services and Endpoints, the
+// import's clusters and the derived Service.
+func cartAggregated(t *testing.T, e *env) error {
+	st := e.hubState(t, "cart")
+	if want := map[string]int{"east": 3, "west": 2}; !reflect.DeepEqual(st.total, want) || !reflect.DeepEqual(st.ready, want) {
+		return fmt.Errorf("hub slice endpoints per cluster: total %v ready %v, want %v", st.total, st.ready, want)
+	}
+	if !st.perClusterServices["east"] || !st.perClusterServices["west"] || !st.perClusterEndpoints["east"] || !st.perClusterEndpoints["west"] {
+		return fmt.Errorf("per-cluster Services %v, Endpoints %v", st.perClusterServices, st.perClusterEndpoints)
+	}
+	sort.Strings(st.importClusters)
+	if !reflect.DeepEqual(st.importClusters, []string{"east", "west"}) {
+		return fmt.Errorf("ServiceImport status.clusters %v", st.importClusters)
+	}
+	if st.derived == nil || st.derived.Spec.ClusterIP == "" {
+		return fmt.Errorf("derived Service missing or without ClusterIP")
+	}
+	return nil
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -68,35 +66,13 @@ func TestChartRBACWithIncludeNamespacesConvergesAndWritesNowhereElse(t *testing.
 	e.register(t, "bad", "bad", []byte("not a kubeconfig"))
 	d := startChartDaemon(t, e, manifests, forbidden)
 
-	exportService(t, e.east.Client, "cart")
-	exportService(t, e.west.Client, "cart")
-	applySlices(t, e.east.Client, "cart", endpointSlice("cart", "cart-east-1", 1, 3, true))
-	applySlices(t, e.west.Client, "cart", endpointSlice("cart", "cart-west-1", 2, 2, true))
-	exportService(t, e.east.Client, "lonely")
-	applySlices(t, e.east.Client, "lonely", endpointSlice("lonely", "lonely-east-1", 3, 1, true))
-
-	wait := func(t *testing.T, f func() error) {
-		t.Helper()
-		eventually(t, waitTimeout, func() error {
-			if n, reqs := forbidden.get(); n > 0 {
-				t.Fatalf("%d requests as the chart's ServiceAccount were Forbidden:\n%s", n, strings.Join(reqs, "\n"))
-			}
-			return f()
-		})
-	}
+	exportCartAndLonely(t, e)
+	wait := waitUnforbidden(forbidden)
 
 	t.Run("the daemon converges with Roles only in shop", func(t *testing.T) {
 		wait(t, func() error {
-			st := e.hubState(t, "cart")
-			if want := map[string]int{"east": 3, "west": 2}; !reflect.DeepEqual(st.total, want) || !reflect.DeepEqual(st.ready, want) {
-				return fmt.Errorf("hub slice endpoints per cluster: total %v ready %v, want %v", st.total, st.ready, want)
-			}
-			if !st.perClusterServices["east"] || !st.perClusterServices["west"] || !st.perClusterEndpoints["east"] || !st.perClusterEndpoints["west"] {
-				return fmt.Errorf("per-cluster Services %v, Endpoints %v", st.perClusterServices, st.perClusterEndpoints)
-			}
-			sort.Strings(st.importClusters)
-			if !reflect.DeepEqual(st.importClusters, []string{"east", "west"}) {
-				return fmt.Errorf("ServiceImport status.clusters %v", st.importClusters)
+			if err := cartAggregated(t, e); err != nil {
+				return err
 			}
 			if ev := eventsAbout(t, e, appNamespace, "Service", "lonely-east"); ev == "" {
 				return fmt.Errorf("no Event on the foreign Service lonely-east")

@@ -608,15 +608,23 @@ func (r *Registry) register(reg *registration) error {
 	if reg.policyErr != nil {
 		r.warn(ref, ReasonInvalidConfig, "%v", reg.policyErr)
 	}
+	r.mu.RLock()
+	prevName, hadPrev := r.bySecret[key]
+	r.mu.RUnlock()
+	if hadPrev && prevName != cluster {
+		// The object now names another cluster: withdraw the old name
+		// first, also when the new name's connection is kept as it is.
+		r.remove(key, ref)
+	}
 	r.mu.Lock()
 	m := r.members[cluster]
-	prevName, hadPrev := r.bySecret[key]
 	if m != nil && m.secret != key && m.ref != nil {
 		// This registration owns the name now (the older claim wins):
 		// the member's connection is its previous one, to replace
 		// make-before-break, and is no longer the other object's.
 		delete(r.bySecret, m.secret)
 		m.secret = key
+		r.bySecret[key] = cluster
 	}
 	if m != nil && m.secret == key {
 		m.registered = reg.created.Time
@@ -641,13 +649,6 @@ func (r *Registry) register(reg *registration) error {
 		return nil
 	}
 
-	if hadPrev && prevName != cluster {
-		// The object now names another cluster: withdraw the old name.
-		r.remove(key, ref)
-		r.mu.RLock()
-		m = r.members[cluster]
-		r.mu.RUnlock()
-	}
 	cfg, err := reg.config()
 	if err != nil {
 		reason := reg.invalid

@@ -450,3 +450,42 @@ func TestRegistryFollowsASecretRenamedToAnotherCluster(t *testing.T) {
 		t.Errorf("owner of west %+v, want the older Secret", o)
 	}
 }
+
+// The older of two Secrets with the same kubeconfig takes over the newer
+// one's name: its old name must go, although the connection it takes over
+// is already the one its kubeconfig asks for.
+func TestRegistryWithdrawsTheOldNameWhenASecretTakesOverAnother(t *testing.T) {
+	r, hub, h, _ := startRegistry(t,
+		secret("older", "east", tokenKubeconfig, 2*time.Hour),
+		secret("newer", "west", tokenKubeconfig, time.Hour))
+	waitUntil(t, func() bool {
+		e, w := r.Get("east"), r.Get("west")
+		return e != nil && e.HasSynced() && w != nil && w.HasSynced()
+	})
+
+	s, err := hub.CoreV1().Secrets(ns).Get(context.Background(), "older", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[AnnotationClusterName] = "west"
+	s.ResourceVersion = "2" // the fake API server does not bump it
+	if _, err := hub.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return r.Get("east") == nil })
+	if o := r.nameOwner("west"); o == nil || o.key != ns+"/older" {
+		t.Fatalf("owner of west %+v, want the older Secret", o)
+	}
+	r.mu.RLock()
+	byOlder, member := r.bySecret[ns+"/older"], r.members["west"]
+	r.mu.RUnlock()
+	if byOlder != "west" || member == nil || member.secret != ns+"/older" || member.active == nil {
+		t.Errorf("the older Secret registers %q; west's member record %+v", byOlder, member)
+	}
+	if got := r.Names(); !slices.Equal(got, []string{"west"}) {
+		t.Errorf("Names() = %v, want [west]", got)
+	}
+	if _, removed := h.snapshot(); !slices.Contains(removed, "east") {
+		t.Errorf("removed %v, want east withdrawn", removed)
+	}
+}

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/daemonconfig"
@@ -51,22 +53,17 @@ func (o *Options) published() daemonconfig.Config {
 func (d *Daemon) publishConfig(ctx context.Context) {
 	c := d.opts.published()
 	ref := klog.KRef(d.opts.Namespace, daemonconfig.Name)
-	for delay := time.Second; ; delay = min(2*delay, 5*time.Minute) {
+	// Past the cap the delay stays there: Steps only bounds the doubling.
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 5 * time.Minute, Steps: math.MaxInt32}
+	_ = backoff.DelayFunc().Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		written, err := daemonconfig.Publish(ctx, d.hub.CoreV1(), d.opts.Namespace, c)
-		if err == nil {
-			if written {
-				klog.InfoS("Published the daemon's configuration", "configMap", ref, "config", c.String())
-			}
-			return
+		switch {
+		case err != nil && ctx.Err() == nil:
+			klog.ErrorS(err, "Publishing the daemon's configuration; retrying with backoff", "configMap", ref)
+			return false, nil
+		case written:
+			klog.InfoS("Published the daemon's configuration", "configMap", ref, "config", c.String())
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		klog.ErrorS(err, "Publishing the daemon's configuration; retrying", "configMap", ref, "in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
+		return true, nil
+	})
 }

@@ -75,6 +75,11 @@ type Cluster struct {
 	// told when its class changes.
 	watchErr       atomic.Pointer[watchFailure]
 	onWatchFailure func(Failure)
+	// identity is what the About API says of the member (about.go); its
+	// informers start once a check lets it in. clusterSet, when set before
+	// start, returns the hub's ClusterSet ("" for none).
+	identity   *identityCheck
+	clusterSet func() string
 }
 
 func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
@@ -87,6 +92,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		reconnect: make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		probeNow:  make(chan struct{}, 1),
+		identity:  newIdentityCheck(),
 	}
 	s, err := newInformerSet(name, clients, handlers, c.watchFailed)
 	if err != nil {

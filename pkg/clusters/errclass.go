@@ -46,6 +46,10 @@ const (
 	// ClassInvalidRegistration: the registration cannot be turned into a
 	// connection (its own Event, e.g. KubeconfigRefused, says why).
 	ClassInvalidRegistration ErrorClass = "InvalidRegistration"
+	// ClassIdentityMismatch: the member's About API ClusterProperties name
+	// another cluster than its registration, or another ClusterSet than
+	// the hub's (about.go).
+	ClassIdentityMismatch ErrorClass = "IdentityMismatch"
 	// ClassOther: anything else; the message says what.
 	ClassOther ErrorClass = "Other"
 )
@@ -79,6 +83,8 @@ func Classify(err error) ErrorClass {
 		return ClassUnhealthy
 	case errors.Is(err, errNotAPIServer):
 		return ClassNotAPIServer
+	case errors.Is(err, errIdentityMismatch):
+		return ClassIdentityMismatch
 	case apierrors.IsUnauthorized(err):
 		return ClassUnauthorized
 	case apierrors.IsForbidden(err):
@@ -165,6 +171,8 @@ func (c ErrorClass) Hint() string {
 		return "the member's API server reports itself unhealthy"
 	case ClassInvalidRegistration:
 		return "the registration cannot be turned into a connection"
+	case ClassIdentityMismatch:
+		return "the member's About API ClusterProperty contradicts its registration or the hub's ClusterSet"
 	}
 	return "unclassified error"
 }
@@ -191,7 +199,7 @@ func FailureReasons() []string {
 
 // errorClasses lists every class, for ClassOfReason and documentation.
 var errorClasses = []ErrorClass{ClassUnauthorized, ClassForbidden, ClassTLS, ClassConnectionRefused, ClassTimeout,
-	ClassDNS, ClassNotAPIServer, ClassNotFound, ClassUnhealthy, ClassInvalidRegistration, ClassOther}
+	ClassDNS, ClassNotAPIServer, ClassNotFound, ClassUnhealthy, ClassInvalidRegistration, ClassIdentityMismatch, ClassOther}
 
 // snakeCase turns "ConnectionRefused" into "connection_refused"; a run of
 // capitals is one word ("TLSError" → "tls_error").

@@ -67,9 +67,9 @@ func newFailure(err error, since time.Time) *Failure {
 // starts: onChange is called when health flips, and when the first probes
 // fail. Health flips to unreachable after probeFailureThreshold failures in
 // a row, dated from the first of them, and back at the first success.
-// While unreachable, failures of another class than the last reported
-// (refused, then timing out), probeFailureThreshold in a row, are reported
-// too, with onChange(false).
+// While unreachable, failures of another cause than the last reported
+// (refused, then timing out; see newCause), probeFailureThreshold in a
+// row, are reported too, with onChange(false).
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -110,7 +110,7 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 			c.health.Store(&health{since: firstFailure, cause: newFailure(err, firstFailure)})
 			onChange(false)
 			known = true
-		case !healthy && !cur.healthy && cur.cause != nil && Classify(err) != cur.cause.Class:
+		case !healthy && !cur.healthy && cur.cause != nil && newCause(cur.cause, err):
 			if otherClass++; otherClass >= probeFailureThreshold {
 				c.health.Store(&health{since: cur.since, cause: newFailure(err, now)})
 				onChange(false)
@@ -128,6 +128,14 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 	}
 }
 
+// newCause reports whether err is another cause than the one reported: of
+// another class, or an identity mismatch that says another thing (its
+// message follows the member's properties, not the network's moods).
+func newCause(reported *Failure, err error) bool {
+	class := Classify(err)
+	return class != reported.Class || class == ClassIdentityMismatch && err.Error() != reported.Message
+}
+
 // probe asks the member's /readyz, which every authenticated client may read.
 // A member whose cluster manager reports its control plane unhealthy fails
 // without being asked: the unreachable machinery and policy then apply.
@@ -140,14 +148,23 @@ func (c *Cluster) probe(timeout time.Duration) error {
 	rc := c.clients.Kube.Discovery().RESTClient()
 	if rc == nil { // fake clients in unit tests
 		_, err := c.clients.Kube.Discovery().ServerVersion()
+		c.identity.letIn()
 		return err
 	}
 	if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+		c.identity.letIn() // nothing to judge: its informers fail or wait as before
 		klog.V(2).InfoS("Member probe failed", "cluster", c.name, "err", err)
 		if apierrors.IsNotFound(err) { // every API server serves /readyz
 			return fmt.Errorf("probing member %q: %w: %w", c.name, errNotAPIServer, err)
 		}
 		return fmt.Errorf("probing member %q: %w", c.name, err)
+	}
+	clusterSet := ""
+	if c.clusterSet != nil {
+		clusterSet = c.clusterSet()
+	}
+	if err := c.checkIdentity(ctx, clusterSet); err != nil {
+		return fmt.Errorf("member %q: %w", c.name, err)
 	}
 	return nil
 }

@@ -124,6 +124,12 @@ func (c *Cluster) askReconnect() {
 func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnected func()) {
 	cur := c.informers.Load()
 	defer func() { cur.shutdown() }()
+	// Nothing of a member is read before the About API lets it in.
+	select {
+	case <-c.identity.admitted():
+	case <-c.stop:
+		return
+	}
 	cur.run()
 	for synced := false; !synced; {
 		switch c.waitSynced(cur) {

@@ -127,6 +127,10 @@ type Options struct {
 	// is registered, not owned, and not unreachable. Reconsider applies a
 	// change.
 	Wanted func(cluster string) bool
+	// ClusterSet returns the hub's ClusterSet, its About API property
+	// clusterset.k8s.io; a member that names another is refused (about.go).
+	// Nil or "": members are not checked against one.
+	ClusterSet func() string
 }
 
 // member is the registry's state for one cluster name.
@@ -167,6 +171,7 @@ func (m *member) state() lifecycle.State {
 		return st
 	}
 	st.Phase = lifecycle.Connected
+	st.AboutID = c.Identity().ClusterID
 	if c.HasSynced() {
 		st.Phase = lifecycle.Synced
 	}
@@ -868,6 +873,7 @@ func (r *Registry) addStatic(name string, orig *rest.Config) error {
 func (r *Registry) run(c *Cluster, ref *corev1.ObjectReference) {
 	c.started = time.Now()
 	c.onWatchFailure = func(f Failure) { r.onWatchFailure(c, ref, f) }
+	c.clusterSet = r.opts.ClusterSet
 	go c.probeLoop(r.opts.ProbeInterval, r.opts.ProbeTimeout, func(healthy bool) { r.onHealthChanged(c, ref, healthy) })
 	synced := c.start(r.opts.SyncTimeout, func() { r.onSynced(c, ref) }, func() { r.onReconnected(c) })
 	if synced {

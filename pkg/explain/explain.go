@@ -293,7 +293,27 @@ func hubEndpoints(m Member) (int, bool) {
 	return n, len(m.HubSlices) > 0 || m.HubEndpoints != nil || m.HubService != nil
 }
 
+// registration names the object that registers m, and says whether m's
+// own About API id (as the daemon published it) agrees with its name.
 func registration(m Member) string {
+	return registrationObject(m) + aboutIDNote(m)
+}
+
+func aboutIDNote(m Member) string {
+	if m.Lease == nil {
+		return ""
+	}
+	switch id := m.Lease.Annotations[easync.AnnotationAboutID]; id {
+	case "":
+		return ""
+	case m.Name:
+		return " (About API id agrees)"
+	default:
+		return fmt.Sprintf(" (About API id %q: refused)", cut(id, 63))
+	}
+}
+
+func registrationObject(m Member) string {
 	switch {
 	case m.ClusterProfile != "":
 		return "ClusterProfile " + m.ClusterProfile

@@ -272,3 +272,23 @@ func TestBuildFlagsVerdictsTheHubContradicts(t *testing.T) {
 		})
 	}
 }
+
+// The registration column says whether the member's own About API id, as
+// the daemon published it, agrees with its name.
+func TestRegistrationSaysWhetherTheAboutAPIIdAgrees(t *testing.T) {
+	for _, tc := range []struct{ id, want string }{
+		{"", "Secret east"},
+		{"east", "Secret east (About API id agrees)"},
+		{"west", `Secret east (About API id "west": refused)`},
+	} {
+		m := healthy("east", 80, time.Hour)
+		if tc.id != "" {
+			m.Lease.Annotations = map[string]string{easync.AnnotationAboutID: tc.id}
+		}
+		r := Build(Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Members: []Member{m}, Import: imported("east"),
+			Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}}})
+		if len(r.Members) != 1 || r.Members[0].Registration != tc.want {
+			t.Errorf("about id %q: registration %+v, want %q", tc.id, r.Members, tc.want)
+		}
+	}
+}

@@ -73,6 +73,10 @@ type State struct {
 	Cause string
 	// Policy holds the registration's overrides of the daemon's policies.
 	Policy Policy
+	// AboutID is the member's own cluster id, its About API ClusterProperty
+	// cluster.clusterset.k8s.io, at the daemon's last look; "" when it
+	// names none (or was not read).
+	AboutID string
 	// RegisteredAt is when the hub first saw the registration (its
 	// creationTimestamp, by the hub's clock); zero for a member the daemon
 	// registers itself. No export of the member counts as older.

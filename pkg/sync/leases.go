@@ -41,6 +41,11 @@ const (
 	// AnnotationErrorMessage is the error. Both absent when nothing fails.
 	AnnotationErrorReason  = "endpoint-aggregator.io/error-reason"
 	AnnotationErrorMessage = "endpoint-aggregator.io/error-message"
+	// AnnotationAboutID is the member's own cluster id, its About API
+	// ClusterProperty cluster.clusterset.k8s.io, as the daemon last read it
+	// (cut to 253 bytes); absent when the member names none. The daemon
+	// refuses a member whose id is not its registered name.
+	AnnotationAboutID = "endpoint-aggregator.io/about-cluster-id"
 )
 
 // maxLeaseMessage bounds the error message on a Lease.
@@ -51,6 +56,7 @@ type leaseHealth struct {
 	reachable       bool
 	since           time.Time // of an outage; zero: when it is published
 	reason, message string
+	aboutID         string
 }
 
 // desiredLeaseHealth is what the member's Lease should say, and false when
@@ -61,19 +67,42 @@ func desiredLeaseHealth(st lifecycle.State) (leaseHealth, bool) {
 	case !st.Registered() || !st.Owned:
 		return leaseHealth{}, false
 	case st.Unreachable:
-		return leaseHealth{since: st.Since, reason: st.Cause, message: st.Reason}, true
+		return leaseHealth{since: st.Since, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID)}, true
 	case st.Phase == lifecycle.Synced || st.Cause != "":
-		return leaseHealth{reachable: true, reason: st.Cause, message: st.Reason}, true
+		return leaseHealth{reachable: true, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID)}, true
 	}
 	return leaseHealth{}, false
 }
 
+// aboutID is a member's untrusted About API id as a Lease holds it.
+func aboutID(id string) string {
+	if len(id) > 253 {
+		return id[:253]
+	}
+	return id
+}
+
+// reasonIdentityMismatch is clusters.ClassIdentityMismatch: a reason whose
+// message follows what the member says of itself, not the network's moods.
+const reasonIdentityMismatch = "IdentityMismatch"
+
 // healthChanged reports whether l says something else than h: whether the
 // member is reachable, or the reason it fails. A new message of the same
-// reason is not worth a write; it goes with the next one.
+// reason is not worth a write, it goes with the next one; but for an
+// identity mismatch, the message is what the operator must read.
 func healthChanged(l *coordinationv1.Lease, h leaseHealth) bool {
 	return l.Annotations[AnnotationReachable] != strconv.FormatBool(h.reachable) ||
-		l.Annotations[AnnotationErrorReason] != h.reason
+		l.Annotations[AnnotationErrorReason] != h.reason ||
+		h.reason == reasonIdentityMismatch && l.Annotations[AnnotationErrorMessage] != leaseMessage(h.message) ||
+		l.Annotations[AnnotationAboutID] != h.aboutID
+}
+
+// leaseMessage is msg as AnnotationErrorMessage holds it.
+func leaseMessage(msg string) string {
+	if len(msg) > maxLeaseMessage {
+		return msg[:maxLeaseMessage-3] + "..."
+	}
+	return msg
 }
 
 // setHealth writes h into l's annotations; since stays when reachability
@@ -92,12 +121,12 @@ func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
 	}
 	delete(a, AnnotationErrorReason)
 	delete(a, AnnotationErrorMessage)
+	delete(a, AnnotationAboutID)
+	if h.aboutID != "" {
+		a[AnnotationAboutID] = h.aboutID
+	}
 	if h.reason != "" {
-		msg := h.message
-		if len(msg) > maxLeaseMessage {
-			msg = msg[:maxLeaseMessage-3] + "..."
-		}
-		a[AnnotationErrorReason], a[AnnotationErrorMessage] = h.reason, msg
+		a[AnnotationErrorReason], a[AnnotationErrorMessage] = h.reason, leaseMessage(h.message)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
@@ -257,5 +258,23 @@ func TestMemberLeasesUseTheLeaseClient(t *testing.T) {
 	}
 	if _, err := leaseClient.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); err != nil {
 		t.Errorf("alpha's Lease: %v", err)
+	}
+}
+
+func TestIdentityMismatchMessagesAreWorthALeaseWrite(t *testing.T) {
+	if reasonIdentityMismatch != string(clusters.ClassIdentityMismatch) {
+		t.Fatalf("reasonIdentityMismatch %q is not the class %q", reasonIdentityMismatch, clusters.ClassIdentityMismatch)
+	}
+	l := &coordinationv1.Lease{}
+	setHealth(l, leaseHealth{reason: "Timeout", message: "dial tcp: i/o timeout"}, time.Now())
+	if healthChanged(l, leaseHealth{reason: "Timeout", message: "context deadline exceeded"}) {
+		t.Error("a new message of a Timeout is worth a write")
+	}
+	setHealth(l, leaseHealth{reason: reasonIdentityMismatch, message: `its cluster id is "west"`}, time.Now())
+	if !healthChanged(l, leaseHealth{reason: reasonIdentityMismatch, message: `its ClusterSet is "staging"`}) {
+		t.Error("a new identity mismatch is not worth a write")
+	}
+	if healthChanged(l, leaseHealth{reason: reasonIdentityMismatch, message: `its cluster id is "west"`}) {
+		t.Error("the same identity mismatch is worth a write")
 	}
 }

@@ -40,6 +40,8 @@ type cliMember struct {
 	Endpoints      int    `json:"endpoints"`
 	ReadyEndpoints int    `json:"readyEndpoints"`
 	LastError      string `json:"lastError"`
+	AboutID        string `json:"aboutID"`
+	IDSource       string `json:"idSource"`
 	LeaseRenewTime string `json:"leaseRenewTime"`
 }
 

@@ -44,15 +44,18 @@ const component = "endpoint-aggregator"
 // Daemon is one running endpoint-aggregator: hub clients, member registry and
 // controller. Tests run it in-process; `run` runs it from flags.
 type Daemon struct {
-	opts        *Options
-	hub         kubernetes.Interface
-	recorder    record.EventRecorder
-	Controller  *easync.Controller
-	Registry    *clusters.Registry
-	Metrics     *easync.Metrics
-	Gatherer    prometheus.Gatherer
-	broadcaster record.EventBroadcaster
-	leader      prometheus.Gauge
+	opts  *Options
+	hub   kubernetes.Interface
+	hubID hubIdentity
+	// aboutForbidden says once that the hub's About API id cannot be written.
+	aboutForbidden stdsync.Once
+	recorder       record.EventRecorder
+	Controller     *easync.Controller
+	Registry       *clusters.Registry
+	Metrics        *easync.Metrics
+	Gatherer       prometheus.Gatherer
+	broadcaster    record.EventBroadcaster
+	leader         prometheus.Gauge
 	// leading is set while the replica runs the workers (merges, with
 	// --shard-members); the registry records member Events only then.
 	leading *atomic.Bool
@@ -178,6 +181,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		ClusterProfiles:     profiles,
 		Leading:             func() bool { return !o.LeaderElect || leading.Load() },
 		Wanted:              wanted,
+		ClusterSet:          d.hubID.clusterSet,
 	})
 	reg.MustRegister(ctrl, members.registry)
 	d.Controller, d.Registry = ctrl, members.registry
@@ -262,7 +266,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.serveHTTP(ctx, &wg, errc); err != nil {
 		return err
 	}
+	d.readHubIdentity(ctx)
 	wg.Go(func() { d.publishConfig(ctx) })
+	wg.Go(func() { d.watchHubIdentity(ctx) })
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

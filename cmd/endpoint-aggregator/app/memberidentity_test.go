@@ -76,6 +76,7 @@ func TestMemberIdentityReadOnly(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceexports"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"about.k8s.io"}, Resources: []string{"clusterproperties"}, Verbs: []string{"list"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("read-only rules %+v", role.Rules)

@@ -54,7 +54,7 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	o.kube.addFlags(fs)
 	fs.StringVar(&o.MemberContext, "member-context", o.MemberContext, "Kubeconfig context of the member cluster (required).")
 	fs.StringVar(&o.HubContext, "hub-context", o.HubContext, "Kubeconfig context of the hub cluster. Default: the current context.")
-	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member, a DNS-1123 label; also the registration Secret's name. Default: the member context's name.")
+	fs.StringVar(&o.Name, "name", o.Name, "Cluster name of the member, a DNS-1123 label; also the registration Secret's name. Default: the member's About API cluster id (ClusterProperty cluster.clusterset.k8s.io), else the member context's name.")
 	fs.StringVar(&o.MemberServer, "member-server", o.MemberServer, "URL at which the hub reaches the member's apiserver. Default: the server of the member context.")
 	fs.BoolVar(&o.ReadOnly, "read-only", o.ReadOnly, "Grant only get/list/watch in the member: no patch/update of serviceexports/status (the daemon then cannot write ServiceExport conditions).")
 	fs.BoolVar(&o.DryRun, "dry-run", o.DryRun, "Change nothing anywhere: run every check of a real run against the hub and the member, print each verdict and what would be applied to stderr and the registration Secret (token replaced by a placeholder) to stdout; fail when a real run would.")
@@ -186,6 +186,9 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	}
 	hub, err := o.kube.clients(o.HubContext)
 	if err != nil {
+		return err
+	}
+	if name, err = o.aboutName(ctx, member, name, errOut); err != nil {
 		return err
 	}
 	ns := o.kube.Namespace
@@ -530,4 +533,32 @@ func tokenAuthenticatesAs(ctx context.Context, member *cliClients, token, user s
 		return false, err
 	}
 	return tr.Status.Authenticated && tr.Status.User.Username == user, nil
+}
+
+// aboutName checks name against the member's About API cluster id, which
+// names the member when --name is not given. A member whose id differs
+// from its registration is refused by the daemon, so register refuses it
+// first. An id that cannot be read is not a reason to stop.
+func (o *registerOptions) aboutName(ctx context.Context, member *cliClients, name string, errOut io.Writer) (string, error) {
+	rc := member.kube.Discovery().RESTClient()
+	if rc == nil {
+		return name, nil
+	}
+	id, err := clusters.ReadIdentity(ctx, rc)
+	switch {
+	case err != nil:
+		fmt.Fprintf(errOut, "Warning: cannot read member %s's About API ClusterProperty %s: %v\n", o.MemberContext, clusters.PropertyClusterID, err)
+		return name, nil
+	case id.ClusterID == "" || id.ClusterID == name:
+		return name, nil
+	case o.Name != "":
+		return "", fmt.Errorf("member %s names itself %q (About API ClusterProperty %s), not %q: the daemon refuses a member registered under another name than its id; omit --name or correct the property",
+			o.MemberContext, id.ClusterID, clusters.PropertyClusterID, o.Name)
+	}
+	if msgs := validation.IsDNS1123Label(id.ClusterID); len(msgs) > 0 {
+		return "", fmt.Errorf("member %s names itself %q (About API ClusterProperty %s), which is not a DNS-1123 label: %s; set a valid id",
+			o.MemberContext, id.ClusterID, clusters.PropertyClusterID, strings.Join(msgs, "; "))
+	}
+	fmt.Fprintf(errOut, "Cluster name %q from member %s's About API ClusterProperty %s\n", id.ClusterID, o.MemberContext, clusters.PropertyClusterID)
+	return id.ClusterID, nil
 }

@@ -27,7 +27,9 @@ func (d *Daemon) runSharded(ctx context.Context) error {
 	if err := d.serveHTTP(work, &wg, errc); err != nil {
 		return err
 	}
+	d.readHubIdentity(work)
 	wg.Go(func() { d.publishConfig(work) })
+	wg.Go(func() { d.watchHubIdentity(work) })
 	wg.Go(func() { d.Registry.Run(work) })
 	d.Controller.StartInformers(work)
 	wg.Go(func() { d.Coordinator.Run(work) })

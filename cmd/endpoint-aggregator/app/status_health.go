@@ -66,6 +66,10 @@ func applyLeaseHealth(r *memberStatus, l *coordinationv1.Lease) {
 		return
 	}
 	r.Cause = h.Reason
+	r.AboutID, r.IDSource = l.Annotations[easync.AnnotationAboutID], "registration"
+	if r.AboutID == r.Name {
+		r.IDSource = "registration, About API agrees"
+	}
 	switch {
 	case h.Reason != "":
 		r.LastError = h.Reason + ": " + h.Message

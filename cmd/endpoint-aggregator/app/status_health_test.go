@@ -79,3 +79,55 @@ func TestStatusSaysWhyEachMemberFails(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsWhereEachNameComesFrom: the ID FROM column appears once a
+// member says its own id; it says whether the About API agrees with the
+// registration, and names the id a refused member claims.
+func TestStatusShowsWhereEachNameComesFrom(t *testing.T) {
+	ago := statusNow.Add(-time.Minute).Format(time.RFC3339)
+	withID := func(l coordinationv1.Lease, id string) coordinationv1.Lease {
+		l.Annotations[easync.AnnotationAboutID] = id
+		return l
+	}
+	in := statusInput{
+		Namespace: statusNS,
+		Secrets:   []corev1.Secret{regSecret("east", "", time.Hour), regSecret("west", "", time.Hour), regSecret("plain", "", time.Hour)},
+		Leases: []coordinationv1.Lease{
+			withID(healthLease("east", 5*time.Second, "false", ago, "IdentityMismatch", `the member's ClusterProperty cluster.clusterset.k8s.io is "west"`), "west"),
+			withID(healthLease("west", 5*time.Second, "true", ago, "", ""), "west"),
+			healthLease("plain", 5*time.Second, "true", ago, "", ""),
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	want := map[string]struct{ aboutID, source, cell string }{
+		"east":  {"west", "registration", `registration; About API says west`},
+		"west":  {"west", "registration, About API agrees", "registration, About API agrees"},
+		"plain": {"", "registration", "registration"},
+	}
+	for _, r := range rows {
+		w := want[r.Name]
+		if r.AboutID != w.aboutID || r.IDSource != w.source || idCell(r) != w.cell {
+			t.Errorf("%s: about id %q, source %q, cell %q; want %q, %q, %q", r.Name, r.AboutID, r.IDSource, idCell(r), w.aboutID, w.source, w.cell)
+		}
+	}
+	var out bytes.Buffer
+	if err := printMemberStatuses(&out, "table", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "ID FROM") || !strings.Contains(out.String(), "About API says west") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	out.Reset()
+	var plain []memberStatus
+	for _, r := range rows {
+		if r.Name == "plain" {
+			plain = append(plain, r)
+		}
+	}
+	if err := printMemberStatuses(&out, "table", statusNS, plain, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "ID FROM") {
+		t.Errorf("ID FROM shown although no member says its id:\n%s", out.String())
+	}
+}

@@ -70,6 +70,12 @@ type memberStatus struct {
 	// UnreachableSince while it is unreachable.
 	Cause            string       `json:"cause,omitempty"`
 	UnreachableSince *metav1.Time `json:"unreachableSince,omitempty"`
+	// AboutID is the member's own cluster id (its About API
+	// ClusterProperty cluster.clusterset.k8s.io) as the daemon last read
+	// it; "" when it names none. IDSource says where the member's name
+	// comes from: "registration", or "registration, About API agrees".
+	AboutID  string `json:"aboutID,omitempty"`
+	IDSource string `json:"idSource,omitempty"`
 	// Conflicts are the daemon's ServiceImports of the member's exports
 	// whose exports conflict (Conflict=True), sorted.
 	Conflicts []statusConflict `json:"conflicts,omitempty"`
@@ -409,10 +415,17 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 		for _, r := range rows {
 			sharded = sharded || r.Sharded
 		}
+		about := false // some member says its own id: show where names come from
+		for _, r := range rows {
+			about = about || r.AboutID != ""
+		}
 		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 		owner := ""
 		if sharded {
 			owner = "OWNER\t"
+		}
+		if about {
+			owner += "ID FROM\t"
 		}
 		fmt.Fprintln(tw, "NAME\tSECRET\t"+owner+"CONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tCONFLICT\tLAST ERROR\tAGE")
 		for _, r := range rows {
@@ -429,6 +442,9 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 			}
 			if sharded {
 				secret += "\t" + r.cell()
+			}
+			if about {
+				secret += "\t" + idCell(r)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, conflictCell(r.Conflicts), lastErr, age)
 		}
@@ -470,4 +486,16 @@ func statusCell(s string, n int) string {
 		return string(r)
 	}
 	return string(r[:n-3]) + "..."
+}
+
+// idCell is the ID FROM column: where the member's name comes from, and
+// the id it claims when that is another.
+func idCell(r memberStatus) string {
+	switch {
+	case r.IDSource == "":
+		return "<unknown>"
+	case r.AboutID != "" && r.AboutID != r.Name:
+		return "registration; About API says " + statusCell(r.AboutID, 40)
+	}
+	return r.IDSource
 }

@@ -185,7 +185,8 @@ test-faults: $(TOOLS) ## Run only the fault and hostile-input e2e tests (API ser
 
 # Flags for hack/bench (`go run ./hack/bench -help`), e.g.
 # `make bench BENCH_FLAGS='-members 50 -churn 20'`. The defaults are the
-# issue's scale: 250 members x 10 services x 100 endpoints (~5 min).
+# issue's scale: 250 members x 10 services x 100 endpoints (~5 min with
+# -runs 1; the default -runs 3 repeats the timed phases, about twice that).
 BENCH_FLAGS ?=
 # Where the JSON results go, and the Markdown file whose Results section the
 # run rewrites; set either empty to skip it.

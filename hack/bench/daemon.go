@@ -438,3 +438,69 @@ func (m metrics) histogramQuantile(name string, q float64, base metrics) float64
 	}
 	return prevLe
 }
+
+// delta is the growth of the counter name (all its samples) from base to m;
+// base nil counts from the process start.
+func (m metrics) delta(name string, base metrics) float64 {
+	return m.sum(name, nil) - base.sum(name, nil)
+}
+
+// requestCounts are the daemon's hub requests in one phase, by "client/verb"
+// of endpoint_aggregator_hub_requests_total (client hub or lease; verb get,
+// list, watch, create, update, patch, ...), the verbs it made only.
+type requestCounts map[string]int64
+
+// requests counts the hub requests from base to m (base may be nil).
+func (m metrics) requests(base metrics) requestCounts {
+	const name = "endpoint_aggregator_hub_requests_total"
+	counts := map[string]float64{}
+	for _, s := range m[name] {
+		counts[s.labels["client"]+"/"+s.labels["verb"]] += s.value
+	}
+	for _, s := range base[name] {
+		counts[s.labels["client"]+"/"+s.labels["verb"]] -= s.value
+	}
+	out := requestCounts{}
+	for k, v := range counts {
+		if v != 0 {
+			out[k] = int64(v)
+		}
+	}
+	return out
+}
+
+// verb counts the requests of verb by client ("" for every client).
+func (rc requestCounts) verb(client, verb string) int64 {
+	var n int64
+	for k, v := range rc {
+		c, vb, _ := strings.Cut(k, "/")
+		if vb == verb && (client == "" || c == client) {
+			n += v
+		}
+	}
+	return n
+}
+
+// reads summarizes the read requests: "GET 2, LIST 0, WATCH 14", every
+// client, and the member Lease client's share if it read at all.
+func (rc requestCounts) reads() string {
+	s := fmt.Sprintf("GET %d, LIST %d, WATCH %d", rc.verb("", "get"), rc.verb("", "list"), rc.verb("", "watch"))
+	if g, l, w := rc.verb("lease", "get"), rc.verb("lease", "list"), rc.verb("lease", "watch"); g+l+w > 0 {
+		s += fmt.Sprintf(" (Lease client: GET %d, LIST %d, WATCH %d)", g, l, w)
+	}
+	return s
+}
+
+// gcCPU returns the runtime's estimates of the CPU-seconds its GC used
+// from base to m, and of all the CPU it used (its total, GOMAXPROCS × wall
+// time, less idle): runtime/metrics /cpu/classes/gc/total, /cpu/classes/total
+// and /cpu/classes/idle. It returns -1, -1 when the daemon does not export
+// them.
+func (m metrics) gcCPU(base metrics) (gc, used float64) {
+	const gcName, totalName, idleName = "go_cpu_classes_gc_total_cpu_seconds_total",
+		"go_cpu_classes_total_cpu_seconds_total", "go_cpu_classes_idle_cpu_seconds_total"
+	if len(m[gcName]) == 0 || len(m[totalName]) == 0 || len(m[idleName]) == 0 {
+		return -1, -1
+	}
+	return m.delta(gcName, base), m.delta(totalName, base) - m.delta(idleName, base)
+}

@@ -177,6 +177,15 @@ func (fl *floor) writeClusterSet(ctx context.Context, res endpoints.ImportResult
 	return nil
 }
 
+// forget drops what the floor wrote, once its hub was emptied.
+func (fl *floor) forget() {
+	for _, fk := range fl.keys {
+		fk.mu.Lock()
+		fk.slices, fk.eps = nil, nil
+		fk.mu.Unlock()
+	}
+}
+
 // cold writes every object with the floor's workers.
 func (fl *floor) cold(ctx context.Context, jobs []func(context.Context) error) error {
 	return parallel(ctx, fl.workers, len(jobs), func(ctx context.Context, i int) error {

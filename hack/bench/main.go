@@ -43,6 +43,7 @@ type config struct {
 	churn         float64
 	churnDuration time.Duration
 	changes       int
+	runs          int
 	workers       int
 	qps           float64
 	burst         int
@@ -68,6 +69,7 @@ func main() {
 	flag.Float64Var(&c.churn, "churn", 50, "steady churn, in member EndpointSlice changes per second across all members")
 	flag.DurationVar(&c.churnDuration, "churn-duration", 30*time.Second, "how long each churn phase lasts (floor and daemon)")
 	flag.IntVar(&c.changes, "changes", 200, "timed single changes made one at a time on an idle system (floor and daemon)")
+	flag.IntVar(&c.runs, "runs", 3, "times each timed phase runs (floor and daemon cold convergence, idle changes, churn): the report gives the median and the spread")
 	flag.IntVar(&c.workers, "workers", 4, "daemon --workers, and the floor's concurrency")
 	flag.Float64Var(&c.qps, "qps", 500, "daemon --kube-api-qps, and the floor client's QPS")
 	flag.IntVar(&c.burst, "burst", 1000, "daemon --kube-api-burst, and the floor client's burst")
@@ -136,6 +138,9 @@ func (c *config) validate() error {
 	if n := c.members * c.services * c.endpoints; n >= 1<<24 {
 		errs = append(errs, fmt.Errorf("%d endpoints in all is more than the address plan holds (2^24)", n))
 	}
+	if c.runs < 1 || c.runs > 99 {
+		errs = append(errs, errors.New("-runs must be in 1..99"))
+	}
 	if c.churn < 0 || c.churnDuration < 0 || c.changes < 1 || c.workers < 1 || c.qps <= 0 || c.burst < 1 {
 		errs = append(errs, errors.New("-churn and -churn-duration must not be negative; -changes, -workers, -qps and -burst must be positive"))
 	}
@@ -183,6 +188,7 @@ func (c *config) command() string {
 	add("churn", fmt.Sprint(c.churn), "50")
 	add("churn-duration", c.churnDuration.String(), "30s")
 	add("changes", fmt.Sprint(c.changes), "200")
+	add("runs", fmt.Sprint(c.runs), "3")
 	add("workers", fmt.Sprint(c.workers), "4")
 	add("qps", fmt.Sprint(c.qps), "500")
 	add("burst", fmt.Sprint(c.burst), "1000")

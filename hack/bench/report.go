@@ -35,19 +35,21 @@ type results struct {
 }
 
 type params struct {
-	Members             int      `json:"members"`
-	ServicesPerMember   int      `json:"servicesPerMember"`
-	EndpointsPerService int      `json:"endpointsPerService"`
-	AggregatedEndpoints int      `json:"aggregatedEndpoints"`
-	Churn               float64  `json:"churnPerSecond"`
-	ChurnSeconds        float64  `json:"churnSeconds"`
-	Changes             int      `json:"changes"`
-	Workers             int      `json:"workers"`
-	QPS                 float64  `json:"qps"`
-	Burst               int      `json:"burst"`
-	PerClusterServices  string   `json:"perClusterServices"`
-	DaemonFlags         []string `json:"daemonFlags,omitempty"`
-	DaemonEnv           []string `json:"daemonEnv,omitempty"`
+	Members             int     `json:"members"`
+	ServicesPerMember   int     `json:"servicesPerMember"`
+	EndpointsPerService int     `json:"endpointsPerService"`
+	AggregatedEndpoints int     `json:"aggregatedEndpoints"`
+	Churn               float64 `json:"churnPerSecond"`
+	ChurnSeconds        float64 `json:"churnSeconds"`
+	Changes             int     `json:"changes"`
+	// Runs is how many times each timed phase ran (-runs).
+	Runs               int      `json:"runs"`
+	Workers            int      `json:"workers"`
+	QPS                float64  `json:"qps"`
+	Burst              int      `json:"burst"`
+	PerClusterServices string   `json:"perClusterServices"`
+	DaemonFlags        []string `json:"daemonFlags,omitempty"`
+	DaemonEnv          []string `json:"daemonEnv,omitempty"`
 	// WritesPerChange is what one member endpoint change must write: the
 	// hub slice holding it, and the per-cluster Endpoints unless off.
 	WritesPerChange int `json:"writesPerChange"`
@@ -79,66 +81,89 @@ type latencyStats struct {
 	Failed     int     `json:"failed,omitempty"`
 }
 
+// The timed phases run -runs times: ColdSeconds is the median of ColdRuns,
+// Idle and Churn are the runs' medians (see medianStats), IdleRuns and
+// ChurnRuns each run's figures.
 type floorResults struct {
-	ColdSeconds          float64      `json:"coldSeconds"`
-	ColdWrites           int64        `json:"coldWrites"`
-	Idle                 latencyStats `json:"idle"`
-	IdleWritesPerChange  float64      `json:"idleWritesPerChange"`
-	Churn                latencyStats `json:"churn"`
-	ChurnWritesPerChange float64      `json:"churnWritesPerChange"`
-	ControllerErrors     int64        `json:"controllerErrors"`
-	LeaseWrites          int64        `json:"leaseWrites"`
+	ColdSeconds          float64        `json:"coldSeconds"`
+	ColdRuns             spread         `json:"coldSecondsRuns"`
+	ColdWrites           int64          `json:"coldWrites"`
+	Idle                 latencyStats   `json:"idle"`
+	IdleRuns             []latencyStats `json:"idleRuns"`
+	IdleWritesPerChange  float64        `json:"idleWritesPerChange"`
+	Churn                latencyStats   `json:"churn"`
+	ChurnRuns            []latencyStats `json:"churnRuns,omitempty"`
+	ChurnWritesPerChange float64        `json:"churnWritesPerChange"`
+	ControllerErrors     int64          `json:"controllerErrors"`
+	LeaseWrites          int64          `json:"leaseWrites"`
 }
 
 type daemonResults struct {
-	Args                         []string     `json:"args"`
-	ColdSeconds                  float64      `json:"coldSeconds"`
-	ReadySeconds                 float64      `json:"readySeconds"`
-	ColdWrites                   int64        `json:"coldWrites"`
-	ColdFailedWrites             int64        `json:"coldFailedWrites"`
-	ColdWritesDetail             string       `json:"coldWritesDetail"`
-	ColdCPUSeconds               float64      `json:"coldCPUSeconds"`
-	ColdSyncs                    float64      `json:"coldSyncs"`
-	ColdSyncsDetail              string       `json:"coldSyncsDetail"`
-	Idle                         latencyStats `json:"idle"`
-	IdleChanges                  int          `json:"idleChanges"`
-	IdleWrites                   int64        `json:"idleWrites"`
-	IdleWritesDetail             string       `json:"idleWritesDetail"`
-	IdleRVChanges                int64        `json:"idleResourceVersionChanges"`
-	IdleObjectsChanged           int          `json:"idleObjectsChanged"`
-	IdleSyncs                    float64      `json:"idleSyncs"`
-	IdleSyncsDetail              string       `json:"idleSyncsDetail"`
-	IdlePropagationP50           float64      `json:"idleDaemonHistogramP50ms"`
-	IdlePropagationP99           float64      `json:"idleDaemonHistogramP99ms"`
-	Churn                        latencyStats `json:"churn"`
-	ChurnWrites                  int64        `json:"churnWrites"`
-	ChurnWritesDetail            string       `json:"churnWritesDetail"`
-	ChurnRVChanges               int64        `json:"churnResourceVersionChanges"`
-	ChurnSyncs                   float64      `json:"churnSyncs"`
-	ChurnSyncsDetail             string       `json:"churnSyncsDetail"`
-	ChurnQueueDepthMedian        float64      `json:"churnQueueDepthMedian"`
-	ChurnQueueDepthMax           float64      `json:"churnQueueDepthMax"`
-	ChurnQueueWaitP50            float64      `json:"churnQueueWaitP50ms"`
-	ChurnQueueWaitP99            float64      `json:"churnQueueWaitP99ms"`
-	ChurnSyncP50                 float64      `json:"churnSyncDurationP50ms"`
-	ChurnSyncP99                 float64      `json:"churnSyncDurationP99ms"`
-	ChurnPropagationP50          float64      `json:"churnDaemonHistogramP50ms"`
-	ChurnPropagationP99          float64      `json:"churnDaemonHistogramP99ms"`
-	ChurnCPUSeconds              float64      `json:"churnCPUSeconds"`
-	Memory                       memoryStats  `json:"memory"`
-	RestartSettledSeconds        float64      `json:"restartSettledSeconds"`
-	RestartWrites                int64        `json:"restartWrites"`
-	RestartWritesDetail          string       `json:"restartWritesDetail"`
-	RestartLeaseWrites           int64        `json:"restartLeaseWrites"`
-	RestartRVChanges             int64        `json:"restartResourceVersionChanges"`
-	RestartObjectsChanged        int          `json:"restartObjectsChanged"`
-	BacklogKeys                  int          `json:"backlogMemberServices"`
-	BacklogRemainingAtLiveChange int          `json:"backlogRemainingAtLiveChange"`
-	BacklogDrainSeconds          float64      `json:"backlogDrainSeconds"`
-	BacklogMissing               int          `json:"backlogMissing"`
-	BacklogWrites                int64        `json:"backlogWrites"`
-	LiveChangeMillis             float64      `json:"liveChangeMs"`
-	MemberProxyRequests          int64        `json:"memberProxyRequests"`
+	Args             []string       `json:"args"`
+	ColdSeconds      float64        `json:"coldSeconds"`
+	ColdRuns         spread         `json:"coldSecondsRuns"`
+	ReadySeconds     float64        `json:"readySeconds"`
+	ColdWrites       int64          `json:"coldWrites"`
+	ColdFailedWrites int64          `json:"coldFailedWrites"`
+	ColdWritesDetail string         `json:"coldWritesDetail"`
+	ColdCPUSeconds   float64        `json:"coldCPUSeconds"`
+	ColdSyncs        float64        `json:"coldSyncs"`
+	ColdSyncsDetail  string         `json:"coldSyncsDetail"`
+	ColdRequests     requestCounts  `json:"coldRequests"`
+	Idle             latencyStats   `json:"idle"`
+	IdleRuns         []latencyStats `json:"idleRuns"`
+	IdleChanges      int            `json:"idleChanges"`
+	IdleRequests     requestCounts  `json:"idleRequests"`
+	// IdleAllocsPerChange and IdleAllocBytesPerChange are the daemon's heap
+	// allocations (objects, bytes) over the idle changes, per change.
+	IdleAllocsPerChange     float64        `json:"idleAllocsPerChange"`
+	IdleAllocBytesPerChange float64        `json:"idleAllocBytesPerChange"`
+	IdleWrites              int64          `json:"idleWrites"`
+	IdleWritesDetail        string         `json:"idleWritesDetail"`
+	IdleRVChanges           int64          `json:"idleResourceVersionChanges"`
+	IdleObjectsChanged      int            `json:"idleObjectsChanged"`
+	IdleSyncs               float64        `json:"idleSyncs"`
+	IdleSyncsDetail         string         `json:"idleSyncsDetail"`
+	IdlePropagationP50      float64        `json:"idleDaemonHistogramP50ms"`
+	IdlePropagationP99      float64        `json:"idleDaemonHistogramP99ms"`
+	Churn                   latencyStats   `json:"churn"`
+	ChurnRuns               []latencyStats `json:"churnRuns,omitempty"`
+	ChurnRequests           requestCounts  `json:"churnRequests,omitempty"`
+	ChurnWrites             int64          `json:"churnWrites"`
+	ChurnWritesDetail       string         `json:"churnWritesDetail"`
+	ChurnRVChanges          int64          `json:"churnResourceVersionChanges"`
+	ChurnSyncs              float64        `json:"churnSyncs"`
+	ChurnSyncsDetail        string         `json:"churnSyncsDetail"`
+	ChurnQueueDepthMedian   float64        `json:"churnQueueDepthMedian"`
+	ChurnQueueDepthMax      float64        `json:"churnQueueDepthMax"`
+	ChurnQueueWaitP50       float64        `json:"churnQueueWaitP50ms"`
+	ChurnQueueWaitP99       float64        `json:"churnQueueWaitP99ms"`
+	ChurnSyncP50            float64        `json:"churnSyncDurationP50ms"`
+	ChurnSyncP99            float64        `json:"churnSyncDurationP99ms"`
+	ChurnPropagationP50     float64        `json:"churnDaemonHistogramP50ms"`
+	ChurnPropagationP99     float64        `json:"churnDaemonHistogramP99ms"`
+	ChurnCPUSeconds         float64        `json:"churnCPUSeconds"`
+	// ChurnGCCPUSeconds and ChurnGoCPUSeconds are the runtime's estimates
+	// of the CPU its GC used during the churn and of all it used (idle
+	// excluded); -1 when the daemon does not export them.
+	ChurnGCCPUSeconds            float64       `json:"churnGCCPUSeconds"`
+	ChurnGoCPUSeconds            float64       `json:"churnGoCPUSeconds"`
+	Memory                       memoryStats   `json:"memory"`
+	RestartSettledSeconds        float64       `json:"restartSettledSeconds"`
+	RestartWrites                int64         `json:"restartWrites"`
+	RestartWritesDetail          string        `json:"restartWritesDetail"`
+	RestartLeaseWrites           int64         `json:"restartLeaseWrites"`
+	RestartRVChanges             int64         `json:"restartResourceVersionChanges"`
+	RestartObjectsChanged        int           `json:"restartObjectsChanged"`
+	RestartRequests              requestCounts `json:"restartRequests"`
+	BacklogKeys                  int           `json:"backlogMemberServices"`
+	BacklogRemainingAtLiveChange int           `json:"backlogRemainingAtLiveChange"`
+	BacklogDrainSeconds          float64       `json:"backlogDrainSeconds"`
+	BacklogMissing               int           `json:"backlogMissing"`
+	BacklogWrites                int64         `json:"backlogWrites"`
+	BacklogRequests              requestCounts `json:"backlogRequests"`
+	LiveChangeMillis             float64       `json:"liveChangeMs"`
+	MemberProxyRequests          int64         `json:"memberProxyRequests"`
 }
 
 // row is one line of the table.
@@ -163,7 +188,7 @@ func newResults(c *config) *results {
 		Params: params{
 			Members: c.members, ServicesPerMember: c.services, EndpointsPerService: c.endpoints,
 			AggregatedEndpoints: c.members * c.services * c.endpoints,
-			Churn:               c.churn, ChurnSeconds: c.churnDuration.Seconds(), Changes: c.changes,
+			Churn:               c.churn, ChurnSeconds: c.churnDuration.Seconds(), Changes: c.changes, Runs: c.runs,
 			Workers: c.workers, QPS: c.qps, Burst: c.burst, PerClusterServices: c.perCluster, DaemonFlags: c.daemonFlags, DaemonEnv: c.daemonEnv,
 			WritesPerChange: wpc,
 		},
@@ -224,21 +249,41 @@ func (r *results) finish(proxyRequests int64) {
 	}
 	ms := func(v float64) string { return fmt.Sprintf("%.1f ms", v) }
 
+	// noisy tells when a run of a timed row lies farther from the median
+	// than the issue allows.
+	noisy := func(ss ...spread) string {
+		worst := 0.0
+		for _, s := range ss {
+			worst = max(worst, s.Pct)
+		}
+		if worst > maxSpreadPct {
+			return fmt.Sprintf(", spread ±%.0f%% > ±%.0f%%", worst, maxSpreadPct)
+		}
+		return ""
+	}
+	p99Target := fmt.Sprintf("≤ 2× floor (median of %d; spread ≤ ±%.0f%%)", p.Runs, maxSpreadPct)
+	p50 := func(s latencyStats) float64 { return s.P50 }
+	p99 := func(s latencyStats) float64 { return s.P99 }
+
 	rs, rv := ratio(d.ColdSeconds, f.ColdSeconds)
-	r.Rows = append(r.Rows, row{"cold convergence", fmt.Sprintf("%.1f s", d.ColdSeconds), fmt.Sprintf("%.1f s", f.ColdSeconds), rs, "≤ 1.25× floor", verdict(rv >= 0 && rv <= 1.25)})
+	r.Rows = append(r.Rows, row{"cold convergence", d.ColdRuns.format("s", 1), f.ColdRuns.format("s", 1), rs, "≤ 1.25× floor", verdict(rv >= 0 && rv <= 1.25)})
 	rs, _ = ratio(float64(d.ColdWrites), float64(f.ColdWrites))
 	r.Rows = append(r.Rows, row{"hub writes, cold start", fmt.Sprint(d.ColdWrites), fmt.Sprint(f.ColdWrites), rs, "—", ""})
 
 	rs, _ = ratio(d.Idle.P50, f.Idle.P50)
-	r.Rows = append(r.Rows, row{"propagation p50, idle", ms(d.Idle.P50), ms(f.Idle.P50), rs, "—", ""})
+	r.Rows = append(r.Rows, row{"propagation p50, idle", quantileSpread(d.IdleRuns, p50).format("ms", 1), quantileSpread(f.IdleRuns, p50).format("ms", 1), rs, "—", ""})
 	rs, rv = ratio(d.Idle.P99, f.Idle.P99)
-	r.Rows = append(r.Rows, row{"propagation p99, idle", ms(d.Idle.P99), ms(f.Idle.P99), rs, "≤ 2× floor", verdict(rv >= 0 && rv <= 2 && d.Idle.Lost == 0)})
+	ds, fs := quantileSpread(d.IdleRuns, p99), quantileSpread(f.IdleRuns, p99)
+	r.Rows = append(r.Rows, row{"propagation p99, idle", ds.format("ms", 1), fs.format("ms", 1), rs, p99Target,
+		verdict(rv >= 0 && rv <= 2 && d.Idle.Lost == 0) + noisy(ds, fs)})
 	if p.Churn > 0 && p.ChurnSeconds > 0 {
 		at := fmt.Sprintf(" @ %.0f/s", d.Churn.Rate)
 		rs, _ = ratio(d.Churn.P50, f.Churn.P50)
-		r.Rows = append(r.Rows, row{"propagation p50" + at, ms(d.Churn.P50), ms(f.Churn.P50), rs, "—", ""})
+		r.Rows = append(r.Rows, row{"propagation p50" + at, quantileSpread(d.ChurnRuns, p50).format("ms", 1), quantileSpread(f.ChurnRuns, p50).format("ms", 1), rs, "—", ""})
 		rs, rv = ratio(d.Churn.P99, f.Churn.P99)
-		r.Rows = append(r.Rows, row{"propagation p99" + at, ms(d.Churn.P99), ms(f.Churn.P99), rs, "≤ 2× floor", verdict(rv >= 0 && rv <= 2 && d.Churn.Lost == 0)})
+		ds, fs := quantileSpread(d.ChurnRuns, p99), quantileSpread(f.ChurnRuns, p99)
+		r.Rows = append(r.Rows, row{"propagation p99" + at, ds.format("ms", 1), fs.format("ms", 1), rs, p99Target,
+			verdict(rv >= 0 && rv <= 2 && d.Churn.Lost == 0) + noisy(ds, fs)})
 	}
 
 	want := float64(p.WritesPerChange)
@@ -256,6 +301,25 @@ func (r *results) finish(proxyRequests int64) {
 			fmt.Sprintf("%.2f (%.2f RV changes)", cw, float64(d.ChurnRVChanges)/issued),
 			fmt.Sprintf("%.2f", f.ChurnWritesPerChange), fmt.Sprintf("%.2f×", cw/want),
 			fmt.Sprintf("≤ %d", p.WritesPerChange), verdict(cw <= want)})
+	}
+	// The hub client's: the member Lease client reads on its own timer (a
+	// GET before it creates a Lease it does not know), not per change.
+	get, list, watch := d.IdleRequests.verb("hub", "get"), d.IdleRequests.verb("hub", "list"), d.IdleRequests.verb("hub", "watch")
+	leaseReads := ""
+	if n := d.IdleRequests.verb("lease", "get") + d.IdleRequests.verb("lease", "list"); n > 0 {
+		leaseReads = fmt.Sprintf("; Lease client: %d, not per change", n)
+	}
+	r.Rows = append(r.Rows, row{"hub reads per member change, idle",
+		fmt.Sprintf("%.2f (GET %d, LIST %d / %d changes; %d watches opened%s)", float64(get+list)/float64(max(1, d.IdleChanges)), get, list, d.IdleChanges, watch, leaseReads),
+		"—", "—", "0 (GET, LIST)", verdict(get+list == 0)})
+	if d.IdleAllocsPerChange >= 0 {
+		r.Rows = append(r.Rows, row{"daemon allocations per member change, idle",
+			fmt.Sprintf("%.0f (%.1f KiB)", d.IdleAllocsPerChange, d.IdleAllocBytesPerChange/1024), "—", "—", "—", ""})
+	}
+	if p.Churn > 0 && p.ChurnSeconds > 0 && d.ChurnGoCPUSeconds > 0 {
+		r.Rows = append(r.Rows, row{"daemon GC share of CPU" + fmt.Sprintf(" @ %.0f/s", d.Churn.Rate),
+			fmt.Sprintf("%.0f%% (%.2f of %.2f CPU-s)", 100*d.ChurnGCCPUSeconds/d.ChurnGoCPUSeconds, d.ChurnGCCPUSeconds, d.ChurnGoCPUSeconds),
+			"—", "—", "—", ""})
 	}
 	r.Rows = append(r.Rows, row{"hub writes on restart (converged hub)",
 		fmt.Sprintf("%d (%d objects changed)", d.RestartWrites, d.RestartObjectsChanged), "0", "—", "0",
@@ -299,26 +363,29 @@ func (r *results) finish(proxyRequests int64) {
 		fmt.Sprintf("Scale: %d simulated members × %d services × %d endpoints = %d aggregated endpoints; per-cluster Services %s; daemon and floor: %d workers, QPS %g, burst %d.",
 			p.Members, p.ServicesPerMember, p.EndpointsPerService, p.AggregatedEndpoints, p.PerClusterServices, p.Workers, p.QPS, p.Burst)+
 			extraFlags(append(slices.Clone(p.DaemonFlags), p.DaemonEnv...)),
-		fmt.Sprintf("Daemon cold start: ready (every member synced) after %.1f s, converged after %.1f s, %.1f CPU-seconds; writes %s; %.0f syncs (%s) for %d member services and %d clusterset services.",
-			d.ReadySeconds, d.ColdSeconds, d.ColdCPUSeconds, d.ColdWritesDetail, d.ColdSyncs, d.ColdSyncsDetail,
+		fmt.Sprintf("Runs: each timed phase (floor and daemon cold convergence, idle changes, churn) ran %d times, a cold one on an emptied hub each time; a timed row gives the median, the range of the runs and their spread (how far the farthest run lies from the median, ± %% of it), and its verdict reads the medians. Counters over a repeated phase add up its runs, except at cold start (the last run's).", p.Runs),
+		fmt.Sprintf("Daemon cold start: ready (every member synced) after %.1f s, converged after %.1f s (medians), %.1f CPU-seconds; writes %s; hub reads %s; %.0f syncs (%s) for %d member services and %d clusterset services.",
+			d.ReadySeconds, d.ColdSeconds, d.ColdCPUSeconds, d.ColdWritesDetail, d.ColdRequests.reads(), d.ColdSyncs, d.ColdSyncsDetail,
 			p.Members*p.ServicesPerMember, p.ServicesPerMember),
-		fmt.Sprintf("Idle changes: daemon writes %s; %.1f syncs per change (%s); its own propagation histogram says p50 %.0f ms, p99 %.0f ms (bucketed).",
-			d.IdleWritesDetail, d.IdleSyncs/float64(max(1, d.IdleChanges)), d.IdleSyncsDetail, d.IdlePropagationP50, d.IdlePropagationP99),
+		fmt.Sprintf("Idle changes (%d): daemon writes %s; hub reads %s; %.1f syncs per change (%s); %s; its own propagation histogram says p50 %.0f ms, p99 %.0f ms (bucketed).",
+			d.IdleChanges, d.IdleWritesDetail, d.IdleRequests.reads(), d.IdleSyncs/float64(max(1, d.IdleChanges)), d.IdleSyncsDetail,
+			allocNote(d.IdleAllocsPerChange, d.IdleAllocBytesPerChange), d.IdlePropagationP50, d.IdlePropagationP99),
 	)
 	if p.Churn > 0 && p.ChurnSeconds > 0 {
 		r.Notes = append(r.Notes,
-			fmt.Sprintf("Churn: asked %.0f/s for %.0f s; floor achieved %.0f/s (%d measured, %d superseded, %d lost), daemon %.0f/s (%d measured, %d superseded, %d lost); daemon CPU %.1f s; writes %s; %.1f syncs per change (%s), sync duration p50 %.0f ms, p99 %.0f ms; workqueue depth median %.0f, max %.0f; queue wait p50 %.0f ms, p99 %.0f ms (coarse buckets); its propagation histogram p50 %.0f ms, p99 %.0f ms.",
-				p.Churn, p.ChurnSeconds, f.Churn.Rate, f.Churn.N, f.Churn.Superseded, f.Churn.Lost,
-				d.Churn.Rate, d.Churn.N, d.Churn.Superseded, d.Churn.Lost, d.ChurnCPUSeconds, d.ChurnWritesDetail,
+			fmt.Sprintf("Churn: asked %.0f/s for %.0f s%s; floor achieved %.0f/s (%d measured, %d superseded, %d lost), daemon %.0f/s (%d measured, %d superseded, %d lost); daemon CPU %.1f s, %s; writes %s; hub reads %s; %.1f syncs per change (%s), sync duration p50 %.0f ms, p99 %.0f ms; workqueue depth median %.0f, max %.0f; queue wait p50 %.0f ms, p99 %.0f ms (coarse buckets); its propagation histogram p50 %.0f ms, p99 %.0f ms.",
+				p.Churn, p.ChurnSeconds, timesRuns(p.Runs), f.Churn.Rate, f.Churn.N, f.Churn.Superseded, f.Churn.Lost,
+				d.Churn.Rate, d.Churn.N, d.Churn.Superseded, d.Churn.Lost, d.ChurnCPUSeconds, gcNote(d.ChurnGCCPUSeconds, d.ChurnGoCPUSeconds),
+				d.ChurnWritesDetail, d.ChurnRequests.reads(),
 				d.ChurnSyncs/float64(max(1, d.Churn.N+d.Churn.Lost+d.Churn.Superseded)), d.ChurnSyncsDetail, d.ChurnSyncP50, d.ChurnSyncP99,
 				d.ChurnQueueDepthMedian, d.ChurnQueueDepthMax, d.ChurnQueueWaitP50, d.ChurnQueueWaitP99,
 				d.ChurnPropagationP50, d.ChurnPropagationP99))
 	}
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("Restart against the converged hub: settled after %.1f s; writes %q; %d member Lease writes (liveness, not counted).",
-			d.RestartSettledSeconds, d.RestartWritesDetail, d.RestartLeaseWrites),
-		fmt.Sprintf("Restart backlog: %d member services changed while the daemon was down; the live change was made with %d of them not yet in the hub; all were in after %.1f s (%d missing), %d hub writes.",
-			d.BacklogKeys, d.BacklogRemainingAtLiveChange, d.BacklogDrainSeconds, d.BacklogMissing, d.BacklogWrites),
+		fmt.Sprintf("Restart against the converged hub: settled after %.1f s; writes %q; %d member Lease writes (liveness, not counted); hub reads %s.",
+			d.RestartSettledSeconds, d.RestartWritesDetail, d.RestartLeaseWrites, d.RestartRequests.reads()),
+		fmt.Sprintf("Restart backlog: %d member services changed while the daemon was down; the live change was made with %d of them not yet in the hub; all were in after %.1f s (%d missing), %d hub writes; hub reads %s.",
+			d.BacklogKeys, d.BacklogRemainingAtLiveChange, d.BacklogDrainSeconds, d.BacklogMissing, d.BacklogWrites, d.BacklogRequests.reads()),
 		fmt.Sprintf("Load average before/after the run: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	)
 	r.Notes = append(r.Notes, fmt.Sprintf("The floor kept the %d member liveness Leases as the daemon does (renewed every %s, spread over that time): %d Lease writes, not counted in its hub writes.",
@@ -454,6 +521,35 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// maxSpreadPct is the most a timed row's runs may lie from their median
+// (issue 24: "median of 3; spread ≤ ±25%").
+const maxSpreadPct = 25.0
+
+// timesRuns says how many times a phase ran, when more than once.
+func timesRuns(n int) string {
+	if n <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", %d times", n)
+}
+
+// allocNote tells the daemon's heap allocations per change.
+func allocNote(objects, bytes float64) string {
+	if objects < 0 {
+		return "allocations unknown (no go_memstats_mallocs_total)"
+	}
+	return fmt.Sprintf("%.0f heap allocations (%.1f KiB) per change, the daemon's background work over the phase included", objects, bytes/1024)
+}
+
+// gcNote tells the GC's share of the daemon's CPU from the runtime's
+// estimates.
+func gcNote(gc, total float64) string {
+	if total <= 0 {
+		return "GC share unknown (no go_cpu_classes_* metrics)"
+	}
+	return fmt.Sprintf("GC %.0f%% of it by the runtime's estimates (%.2f of %.2f CPU-seconds)", 100*gc/total, gc, total)
 }
 
 // extraFlags tells about daemon flags a run added to the defaults.

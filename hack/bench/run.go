@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -151,19 +150,35 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 	go fl.keepLeases(leaseCtx)
 
 	jobs := fl.coldJobs()
-	logf("floor: writing every hub object (%d jobs, %d workers, QPS %g, burst %d)", len(jobs), c.workers, c.qps, c.burst)
-	t0 := time.Now()
-	if err := fl.cold(ctx, jobs); err != nil {
-		return err
+	var cold []float64
+	for i := range c.runs {
+		if i > 0 {
+			logf("floor: emptying its hub for cold run %d of %d", i+1, c.runs)
+			if err := emptyHub(ctx, floorHub.Config); err != nil {
+				return err
+			}
+			if err := tr.waitEmpty(ctx, convergeLimit); err != nil {
+				return err
+			}
+			fl.forget()
+		}
+		logf("floor: writing every hub object (%d jobs, %d workers, QPS %g, burst %d)%s", len(jobs), c.workers, c.qps, c.burst, runOf(i, c.runs))
+		w0 := fl.writes.Load()
+		t0 := time.Now()
+		if err := fl.cold(ctx, jobs); err != nil {
+			return err
+		}
+		logf("floor: writes done after %s", time.Since(t0).Round(time.Millisecond))
+		at, err := tr.waitConverged(ctx, convergeLimit, "floor cold")
+		if err != nil {
+			return err
+		}
+		cold = append(cold, at.Sub(t0).Seconds())
+		r.Floor.ColdWrites = fl.writes.Load() - w0
+		logf("floor: converged in %.2fs with %d writes", cold[i], r.Floor.ColdWrites)
 	}
-	logf("floor: writes done after %s", time.Since(t0).Round(time.Millisecond))
-	at, err := tr.waitConverged(ctx, convergeLimit, "floor cold")
-	if err != nil {
-		return err
-	}
-	r.Floor.ColdSeconds = at.Sub(t0).Seconds()
-	r.Floor.ColdWrites = fl.writes.Load()
-	logf("floor: converged in %.2fs with %d writes", r.Floor.ColdSeconds, r.Floor.ColdWrites)
+	r.Floor.ColdRuns = spreadOf(cold)
+	r.Floor.ColdSeconds = r.Floor.ColdRuns.Median
 
 	memberCfg, err := proxy.restConfig(allView)
 	if err != nil {
@@ -175,26 +190,36 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 	}
 	defer fc.close()
 
-	logf("floor: %d single changes, one at a time", c.changes)
 	w0 := fl.writes.Load()
-	idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
-	if err != nil {
-		return err
+	for i := range c.runs {
+		logf("floor: %d single changes, one at a time%s", c.changes, runOf(i, c.runs))
+		idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
+		if err != nil {
+			return err
+		}
+		sleepCtx(ctx, time.Second) // let the Endpoints writes that follow the slices land
+		s := summarize(idle.latencies, idle.lost, 0)
+		r.Floor.IdleRuns = append(r.Floor.IdleRuns, s)
+		logf("floor: idle p50 %.1fms p99 %.1fms", s.P50, s.P99)
 	}
-	sleepCtx(ctx, time.Second) // let the Endpoints writes that follow the slices land
-	r.Floor.Idle = summarize(idle.latencies, idle.lost, 0)
-	r.Floor.IdleWritesPerChange = float64(fl.writes.Load()-w0) / float64(c.changes)
-	logf("floor: idle p50 %.1fms p99 %.1fms", r.Floor.Idle.P50, r.Floor.Idle.P99)
+	r.Floor.Idle = medianStats(r.Floor.IdleRuns)
+	r.Floor.IdleWritesPerChange = float64(fl.writes.Load()-w0) / float64(c.changes*c.runs)
 
 	if c.churn > 0 && c.churnDuration > 0 {
-		logf("floor: churn at %g changes/s for %s", c.churn, c.churnDuration)
 		w0 = fl.writes.Load()
-		res := ch.churn(ctx, tr, c.churn, c.churnDuration)
-		missing := waitAll(ctx, res.pendings, 2*time.Minute)
-		sleepCtx(ctx, time.Second)
-		r.Floor.Churn = summarizePending(res, missing)
-		r.Floor.ChurnWritesPerChange = float64(fl.writes.Load()-w0) / float64(max(1, res.issued))
-		logf("floor: churn %.0f/s achieved, p50 %.1fms p99 %.1fms", r.Floor.Churn.Rate, r.Floor.Churn.P50, r.Floor.Churn.P99)
+		issued := 0
+		for i := range c.runs {
+			logf("floor: churn at %g changes/s for %s%s", c.churn, c.churnDuration, runOf(i, c.runs))
+			res := ch.churn(ctx, tr, c.churn, c.churnDuration)
+			missing := waitAll(ctx, res.pendings, 2*time.Minute)
+			sleepCtx(ctx, time.Second)
+			s := summarizePending(res, missing)
+			r.Floor.ChurnRuns = append(r.Floor.ChurnRuns, s)
+			issued += res.issued
+			logf("floor: churn %.0f/s achieved, p50 %.1fms p99 %.1fms", s.Rate, s.P50, s.P99)
+		}
+		r.Floor.Churn = medianStats(r.Floor.ChurnRuns)
+		r.Floor.ChurnWritesPerChange = float64(fl.writes.Load()-w0) / float64(max(1, issued))
 	}
 	r.Floor.ControllerErrors = fc.errors.Load()
 	r.Floor.LeaseWrites = fl.leaseWrites.Load()
@@ -240,49 +265,72 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 		return err
 	}
 
-	// Cold start.
-	logf("daemon: cold start against an empty hub (%d members)", c.members)
-	if err := start(); err != nil {
-		return err
-	}
-	readyAt := make(chan time.Duration, 1)
-	go func(d *daemonProc) {
-		for ctx.Err() == nil && d.exited() == nil {
-			if d.ready(ctx) {
-				readyAt <- time.Since(d.started)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}(d)
+	// Cold start, -runs times: each run but the first on an emptied hub.
+	// The counters (writes, CPU, requests) are the last run's, whose daemon
+	// goes on with the phases below.
+	var cold, ready []float64
+	var m metrics
 	var cpuCold chan error
-	if c.profileDir != "" {
-		cpuCold = make(chan error, 1)
+	for i := range c.runs {
+		last := i == c.runs-1
+		if i > 0 {
+			if err := d.stop(stopTimeout); err != nil {
+				return err
+			}
+			logf("daemon: emptying the hub for cold run %d of %d", i+1, c.runs)
+			if err := emptyHub(ctx, hub.Config); err != nil {
+				return err
+			}
+			if err := tr.waitEmpty(ctx, convergeLimit); err != nil {
+				return err
+			}
+		}
+		logf("daemon: cold start against an empty hub (%d members)%s", c.members, runOf(i, c.runs))
+		if err := start(); err != nil {
+			return err
+		}
+		readyAt := make(chan time.Duration, 1)
 		go func(d *daemonProc) {
-			cpuCold <- d.profile(ctx, "profile?seconds=30", c.profileDir, "cpu-cold.pprof")
+			for ctx.Err() == nil && d.exited() == nil {
+				if d.ready(ctx) {
+					readyAt <- time.Since(d.started)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 		}(d)
+		if c.profileDir != "" && last {
+			cpuCold = make(chan error, 1)
+			go func(d *daemonProc) {
+				cpuCold <- d.profile(ctx, "profile?seconds=30", c.profileDir, "cpu-cold.pprof")
+			}(d)
+		}
+		at, err := waitDaemonConverged(ctx, tr, d, "daemon cold")
+		if err != nil {
+			return err
+		}
+		cold = append(cold, at.Sub(d.started).Seconds())
+		select {
+		case rd := <-readyAt:
+			ready = append(ready, rd.Seconds())
+		default:
+		}
+		m, err = d.waitSettled(ctx, settleQuiet, settleLimit)
+		if err != nil {
+			return err
+		}
+		logf("daemon: converged in %.2fs with %d hub writes (%s)", cold[i], int64(m.hubWrites()), m.writesByResource(nil))
 	}
-	at, err := waitDaemonConverged(ctx, tr, d, "daemon cold")
-	if err != nil {
-		return err
-	}
-	r.Daemon.ColdSeconds = at.Sub(d.started).Seconds()
-	select {
-	case rd := <-readyAt:
-		r.Daemon.ReadySeconds = rd.Seconds()
-	default:
-	}
-	m, err := d.waitSettled(ctx, settleQuiet, settleLimit)
-	if err != nil {
-		return err
-	}
+	r.Daemon.ColdRuns = spreadOf(cold)
+	r.Daemon.ColdSeconds = r.Daemon.ColdRuns.Median
+	r.Daemon.ReadySeconds = median(ready)
 	r.Daemon.ColdWrites = int64(m.hubWrites())
 	r.Daemon.ColdWritesDetail = m.writesByResource(nil)
 	r.Daemon.ColdCPUSeconds = m.value("process_cpu_seconds_total")
 	r.Daemon.ColdFailedWrites = int64(m.failedWrites())
 	r.Daemon.ColdSyncs, r.Daemon.ColdSyncsDetail = m.syncsByResult(nil)
-	logf("daemon: converged in %.2fs (ready after %.2fs) with %d hub writes (%s)",
-		r.Daemon.ColdSeconds, r.Daemon.ReadySeconds, r.Daemon.ColdWrites, r.Daemon.ColdWritesDetail)
+	r.Daemon.ColdRequests = m.requests(nil)
+	logf("daemon: cold convergence median %.2fs (ready after %.2fs); hub reads %s", r.Daemon.ColdSeconds, r.Daemon.ReadySeconds, r.Daemon.ColdRequests.reads())
 	if cpuCold != nil {
 		if err := <-cpuCold; err != nil {
 			logf("profiling: %v", err)
@@ -292,45 +340,56 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 		}
 	}
 
-	// Single changes, one at a time.
-	logf("daemon: %d single changes, one at a time", c.changes)
-	before, err := snapshotRVs(ctx, hub.Client, hubMCS)
-	if err != nil {
-		return err
-	}
+	// Single changes, one at a time, -runs times on the same daemon; the
+	// counters cover all runs.
 	m0, err := d.scrape(ctx)
 	if err != nil {
 		return err
 	}
 	ev0 := tr.rvChanges.Load()
-	idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
-	if err != nil {
-		return err
-	}
-	m1, err := d.waitSettled(ctx, settleQuiet, settleLimit)
-	if err != nil {
-		return err
+	var m1 metrics
+	var before, after map[string]string
+	for i := range c.runs {
+		logf("daemon: %d single changes, one at a time%s", c.changes, runOf(i, c.runs))
+		if before, err = snapshotRVs(ctx, hub.Client, hubMCS); err != nil {
+			return err
+		}
+		idle, err := ch.idle(ctx, tr, c.changes, idleGap, changeTimeout)
+		if err != nil {
+			return err
+		}
+		if m1, err = d.waitSettled(ctx, settleQuiet, settleLimit); err != nil {
+			return err
+		}
+		if after, err = snapshotRVs(ctx, hub.Client, hubMCS); err != nil {
+			return err
+		}
+		s := summarize(idle.latencies, idle.lost, 0)
+		r.Daemon.IdleRuns = append(r.Daemon.IdleRuns, s)
+		r.Daemon.IdleObjectsChanged += diffRVs(before, after)
+		logf("daemon: idle p50 %.1fms p99 %.1fms", s.P50, s.P99)
 	}
 	ev1 := tr.rvChanges.Load()
-	after, err := snapshotRVs(ctx, hub.Client, hubMCS)
-	if err != nil {
-		return err
-	}
-	r.Daemon.Idle = summarize(idle.latencies, idle.lost, 0)
+	r.Daemon.Idle = medianStats(r.Daemon.IdleRuns)
 	r.Daemon.IdleWrites = int64(m1.hubWrites() - m0.hubWrites())
 	r.Daemon.IdleWritesDetail = m1.writesByResource(m0)
 	r.Daemon.IdleRVChanges = ev1 - ev0
-	r.Daemon.IdleObjectsChanged = diffRVs(before, after)
-	r.Daemon.IdleChanges = c.changes
+	r.Daemon.IdleChanges = c.changes * c.runs
 	r.Daemon.IdleSyncs, r.Daemon.IdleSyncsDetail = m1.syncsByResult(m0)
+	r.Daemon.IdleRequests = m1.requests(m0)
+	r.Daemon.IdleAllocsPerChange, r.Daemon.IdleAllocBytesPerChange = -1, -1
+	if len(m1["go_memstats_mallocs_total"]) > 0 && len(m1["go_memstats_alloc_bytes_total"]) > 0 {
+		r.Daemon.IdleAllocsPerChange = m1.delta("go_memstats_mallocs_total", m0) / float64(r.Daemon.IdleChanges)
+		r.Daemon.IdleAllocBytesPerChange = m1.delta("go_memstats_alloc_bytes_total", m0) / float64(r.Daemon.IdleChanges)
+	}
 	r.Daemon.IdlePropagationP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.5, m0)
 	r.Daemon.IdlePropagationP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.99, m0)
-	logf("daemon: idle p50 %.1fms p99 %.1fms; %d hub writes (%s), %d resourceVersion changes, %d objects changed",
-		r.Daemon.Idle.P50, r.Daemon.Idle.P99, r.Daemon.IdleWrites, r.Daemon.IdleWritesDetail, r.Daemon.IdleRVChanges, r.Daemon.IdleObjectsChanged)
+	logf("daemon: idle p50 %.1fms p99 %.1fms (medians); %d hub writes (%s), %d resourceVersion changes, %d objects changed; hub reads %s; %.0f allocations per change",
+		r.Daemon.Idle.P50, r.Daemon.Idle.P99, r.Daemon.IdleWrites, r.Daemon.IdleWritesDetail, r.Daemon.IdleRVChanges, r.Daemon.IdleObjectsChanged,
+		r.Daemon.IdleRequests.reads(), r.Daemon.IdleAllocsPerChange)
 
-	// Churn.
+	// Churn, -runs times on the same daemon; the counters cover all runs.
 	if c.churn > 0 && c.churnDuration > 0 {
-		logf("daemon: churn at %g changes/s for %s", c.churn, c.churnDuration)
 		m0, err := d.scrape(ctx)
 		if err != nil {
 			return err
@@ -344,21 +403,31 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 			}(d)
 		}
 		ev0 := tr.rvChanges.Load()
-		depthDone := make(chan struct{})
-		depths := make(chan []float64, 1)
-		go func(d *daemonProc) { depths <- sampleDepth(ctx, d, depthDone) }(d)
-		res := ch.churn(ctx, tr, c.churn, c.churnDuration)
-		close(depthDone)
-		ds := <-depths
-		missing := waitAll(ctx, res.pendings, 2*time.Minute)
-		m1, err := d.waitSettled(ctx, settleQuiet, settleLimit)
-		if err != nil {
-			return err
+		var ds []float64
+		var m1 metrics
+		issued := 0
+		for i := range c.runs {
+			logf("daemon: churn at %g changes/s for %s%s", c.churn, c.churnDuration, runOf(i, c.runs))
+			depthDone := make(chan struct{})
+			depths := make(chan []float64, 1)
+			go func(d *daemonProc) { depths <- sampleDepth(ctx, d, depthDone) }(d)
+			res := ch.churn(ctx, tr, c.churn, c.churnDuration)
+			close(depthDone)
+			ds = append(ds, <-depths...)
+			missing := waitAll(ctx, res.pendings, 2*time.Minute)
+			if m1, err = d.waitSettled(ctx, settleQuiet, settleLimit); err != nil {
+				return err
+			}
+			s := summarizePending(res, missing)
+			r.Daemon.ChurnRuns = append(r.Daemon.ChurnRuns, s)
+			issued += res.issued
+			logf("daemon: churn %.0f/s achieved, p50 %.1fms p99 %.1fms", s.Rate, s.P50, s.P99)
 		}
-		r.Daemon.Churn = summarizePending(res, missing)
+		r.Daemon.Churn = medianStats(r.Daemon.ChurnRuns)
 		r.Daemon.ChurnWrites = int64(m1.hubWrites() - m0.hubWrites())
 		r.Daemon.ChurnRVChanges = tr.rvChanges.Load() - ev0
 		r.Daemon.ChurnWritesDetail = m1.writesByResource(m0)
+		r.Daemon.ChurnRequests = m1.requests(m0)
 		r.Daemon.ChurnPropagationP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.5, m0)
 		r.Daemon.ChurnPropagationP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_endpoint_propagation_seconds", 0.99, m0)
 		r.Daemon.ChurnSyncs, r.Daemon.ChurnSyncsDetail = m1.syncsByResult(m0)
@@ -370,8 +439,10 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 		r.Daemon.ChurnQueueWaitP50 = 1000 * m1.histogramQuantile("endpoint_aggregator_workqueue_queue_duration_seconds", 0.5, m0)
 		r.Daemon.ChurnQueueWaitP99 = 1000 * m1.histogramQuantile("endpoint_aggregator_workqueue_queue_duration_seconds", 0.99, m0)
 		r.Daemon.ChurnCPUSeconds = m1.value("process_cpu_seconds_total") - m0.value("process_cpu_seconds_total")
-		logf("daemon: churn %.0f/s achieved, p50 %.1fms p99 %.1fms; %d hub writes for %d changes",
-			r.Daemon.Churn.Rate, r.Daemon.Churn.P50, r.Daemon.Churn.P99, r.Daemon.ChurnWrites, res.issued)
+		r.Daemon.ChurnGCCPUSeconds, r.Daemon.ChurnGoCPUSeconds = m1.gcCPU(m0)
+		logf("daemon: churn %.0f/s achieved, p50 %.1fms p99 %.1fms (medians); %d hub writes for %d changes; hub reads %s; GC %.1f of %.1f CPU-seconds",
+			r.Daemon.Churn.Rate, r.Daemon.Churn.P50, r.Daemon.Churn.P99, r.Daemon.ChurnWrites, issued, r.Daemon.ChurnRequests.reads(),
+			r.Daemon.ChurnGCCPUSeconds, r.Daemon.ChurnGoCPUSeconds)
 		if cpuChurn != nil {
 			if err := <-cpuChurn; err != nil {
 				logf("profiling: %v", err)
@@ -417,6 +488,7 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 	r.Daemon.RestartWrites = int64(m.hubWrites())
 	r.Daemon.RestartWritesDetail = m.writesByResource(nil)
 	r.Daemon.RestartLeaseWrites = int64(m.leaseWrites())
+	r.Daemon.RestartRequests = m.requests(nil)
 	r.Daemon.RestartRVChanges = tr.rvChanges.Load() - ev0
 	r.Daemon.RestartObjectsChanged = diffRVs(before, after)
 	logf("daemon: restart settled after %.1fs with %d hub writes (%d Lease writes), %d objects changed",
@@ -466,9 +538,18 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 		return err
 	}
 	r.Daemon.BacklogWrites = int64(m.hubWrites())
+	r.Daemon.BacklogRequests = m.requests(nil)
 	logf("daemon: live change took %.1fms with %d of %d backlog changes not yet in the hub; backlog drained after %.1fs",
 		r.Daemon.LiveChangeMillis, remaining, len(backlog), r.Daemon.BacklogDrainSeconds)
 	return ctx.Err()
+}
+
+// runOf tells which run of a repeated phase this is, for the log.
+func runOf(i, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (run %d of %d)", i+1, n)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -586,12 +667,6 @@ func sampleMemory(ctx context.Context, d *daemonProc, n int, every time.Duration
 		gr = append(gr, m.value("go_goroutines"))
 	}
 	return memoryStats{HeapInuseBytes: median(inuse), HeapAllocBytes: median(alloc), RSSBytes: median(rss), Goroutines: median(gr)}, nil
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
 
 // snapshotRVs lists the aggregated hub objects and returns their

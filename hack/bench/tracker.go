@@ -378,6 +378,28 @@ func (t *tracker) waitConverged(ctx context.Context, timeout time.Duration, prog
 	}
 }
 
+// waitEmpty waits until the watches show none of the expected hub objects
+// in place: the hub was emptied and a cold convergence can be timed again.
+func (t *tracker) waitEmpty(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		t.mu.Lock()
+		left := t.okKeys + t.okServices
+		t.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d member services and clusterset services still in the emptied hub after %s", t.name, left, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // expect registers a member endpoint address to wait for in hub slices.
 func (t *tracker) expect(ip string, t0 time.Time) *pending {
 	p := &pending{ip: ip, t0: t0, done: make(chan struct{})}

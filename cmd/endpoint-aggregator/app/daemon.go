@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	stdsync "sync"
 	"sync/atomic"
@@ -70,6 +71,15 @@ type Daemon struct {
 	guard metricsGuard
 }
 
+// newGoCollector is the Go collector with, beside its defaults, the
+// runtime's estimates of where its CPU time went (go_cpu_classes_*: GC,
+// scavenger, user code, idle, and their total, GOMAXPROCS × wall time):
+// hack/bench reports the GC share of the CPU the daemon used.
+func newGoCollector() prometheus.Collector {
+	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/`)}))
+}
+
 // NewDaemon wires a daemon writing to the hub at hubConfig. reg receives the
 // metrics, with the Go and process collectors; nil gives the daemon a
 // registry of its own.
@@ -112,7 +122,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: hub.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: component})
 
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "endpoint_aggregator_leader",
 		Help: "1 while this replica runs the workers (it holds the leader Lease, or runs without leader election), 0 while it stands by.",

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func findRow(t *testing.T, r *results, prefix string) row {
+	t.Helper()
+	for _, x := range r.Rows {
+		if strings.HasPrefix(x.Metric, prefix) {
+			return x
+		}
+	}
+	t.Fatalf("no row %q in %+v", prefix, r.Rows)
+	return row{}
+}
+
+func TestFinishMediansSpreadsAndReads(t *testing.T) {
+	r := &results{Params: params{Members: 2, ServicesPerMember: 1, EndpointsPerService: 10, AggregatedEndpoints: 20,
+		Churn: 10, ChurnSeconds: 5, Runs: 3, WritesPerChange: 2}}
+	r.Floor.ColdRuns = spreadOf([]float64{10, 11, 9})
+	r.Floor.ColdSeconds = r.Floor.ColdRuns.Median
+	r.Daemon.ColdRuns = spreadOf([]float64{12, 13, 11})
+	r.Daemon.ColdSeconds = r.Daemon.ColdRuns.Median
+	r.Floor.IdleRuns = []latencyStats{{P50: 10, P99: 40}, {P50: 11, P99: 41}, {P50: 12, P99: 39}}
+	r.Daemon.IdleRuns = []latencyStats{{P50: 10, P99: 40}, {P50: 11, P99: 50}, {P50: 12, P99: 90}}
+	r.Floor.Idle, r.Daemon.Idle = medianStats(r.Floor.IdleRuns), medianStats(r.Daemon.IdleRuns)
+	r.Floor.ChurnRuns = []latencyStats{{P50: 10, P99: 40, Rate: 10}}
+	r.Daemon.ChurnRuns = []latencyStats{{P50: 10, P99: 60, Rate: 10}}
+	r.Floor.Churn, r.Daemon.Churn = medianStats(r.Floor.ChurnRuns), medianStats(r.Daemon.ChurnRuns)
+	r.Daemon.IdleChanges = 30
+	r.Daemon.IdleRequests = requestCounts{"hub/watch": 1, "lease/get": 4}
+	r.Daemon.IdleAllocsPerChange, r.Daemon.IdleAllocBytesPerChange = 5000, 400*1024
+	r.Daemon.ChurnGCCPUSeconds, r.Daemon.ChurnGoCPUSeconds = 0.5, 2
+	r.finish(0)
+
+	cold := findRow(t, r, "cold convergence")
+	if cold.Daemon != "12.0 s (11.0–13.0, ±8%)" || cold.Ratio != "1.20×" || cold.Result != "met" {
+		t.Errorf("cold row: %+v", cold)
+	}
+	idle := findRow(t, r, "propagation p99, idle")
+	if idle.Ratio != "1.25×" || idle.Result != "met, spread ±80% > ±25%" || !strings.Contains(idle.Target, "median of 3") {
+		t.Errorf("idle p99 row: %+v", idle)
+	}
+	if churn := findRow(t, r, "propagation p99 @ 10/s"); churn.Result != "met" {
+		t.Errorf("churn p99 row: %+v", churn)
+	}
+	reads := findRow(t, r, "hub reads per member change, idle")
+	if reads.Result != "met" || !strings.Contains(reads.Daemon, "1 watches opened; Lease client: 4, not per change") {
+		t.Errorf("reads row: %+v", reads)
+	}
+	r.Daemon.IdleRequests["hub/get"] = 3
+	r.Rows, r.Notes = nil, nil
+	r.finish(0)
+	if reads := findRow(t, r, "hub reads per member change, idle"); reads.Result != "MISSED" || !strings.HasPrefix(reads.Daemon, "0.10 (GET 3") {
+		t.Errorf("reads row with hub GETs: %+v", reads)
+	}
+	if x := findRow(t, r, "daemon allocations per member change"); x.Daemon != "5000 (400.0 KiB)" {
+		t.Errorf("allocations row: %+v", x)
+	}
+	if x := findRow(t, r, "daemon GC share of CPU @ 10/s"); x.Daemon != "25% (0.50 of 2.00 CPU-s)" {
+		t.Errorf("GC row: %+v", x)
+	}
+	if md := r.markdown(); !strings.Contains(md, "| propagation p99, idle | 50.0 ms (40.0–90.0, ±80%) |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}

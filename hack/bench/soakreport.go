@@ -79,8 +79,8 @@ type soakCheck struct {
 }
 
 // growthCheck compares, per daemon process, the median of the first samples
-// after warm-up with the median of its last samples (three each, fewer when
-// the process has fewer than nine). Samples taken in warm-up (the first
+// after warm-up with the median of its last samples (three each, half of
+// them when the process has fewer than six). Samples taken in warm-up (the first
 // warmup of the soak, or of the process after the restart), while members
 // were unreachable, or that could not be read are left out.
 func growthCheck(samples []soakSample, warmup time.Duration, limit float64) []soakCheck {
@@ -104,7 +104,7 @@ func growthCheck(samples []soakSample, warmup time.Duration, limit float64) []so
 			if len(v) < 2 {
 				continue
 			}
-			k := max(1, min(3, len(v)/3))
+			k := min(3, len(v)/2)
 			g := processGrowth{Process: p, N: len(v), Base: median(v[:k]), End: median(v[len(v)-k:])}
 			switch {
 			case g.Base > 0:

@@ -78,6 +78,10 @@ func (s *soakConfig) validate(members int) error {
 
 // soakMain runs the soak and returns the exit code.
 func soakMain(c *config) int {
+	if c.replicas > 0 || c.profileDir != "" || c.jsonOut != "" {
+		fmt.Fprintln(os.Stderr, "bench: -replicas, -profile-dir and -json are the benchmark's, not the soak's")
+		return 2
+	}
 	if err := c.soak.validate(c.members); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 2

@@ -136,7 +136,8 @@ func soakMain(c *config) int {
 func soakCommand(c *config) string {
 	s := c.soak
 	return fmt.Sprintf("go run ./hack/bench -members %d -services %d -endpoints %d -churn %g -soak %s -soak-flap-every %s -soak-flap-down %s -soak-flap-members %d -soak-warmup %s -soak-sample %s",
-		c.members, c.services, c.endpoints, c.churn, s.duration, s.flapEvery, s.flapDown, s.flapMembers, s.warmup, s.sample) +
+		c.members, c.services, c.endpoints, c.churn, shortDuration(s.duration), shortDuration(s.flapEvery), shortDuration(s.flapDown),
+		s.flapMembers, shortDuration(s.warmup), shortDuration(s.sample)) +
 		extraFlags(append(append([]string(nil), c.daemonFlags...), c.daemonEnv...))
 }
 

@@ -245,6 +245,17 @@ func TestSoakUpdateDoc(t *testing.T) {
 	}
 }
 
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		30 * time.Minute: "30m", 40 * time.Second: "40s", 90 * time.Second: "1m30s",
+		time.Hour: "1h", 90 * time.Minute: "1h30m", 0: "0s",
+	} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
+
 func TestNiceCeil(t *testing.T) {
 	for _, c := range []struct{ in, want float64 }{{0, 1}, {0.7, 1}, {1.1, 2}, {3, 5}, {7, 10}, {110, 200}, {5000, 5000}} {
 		if got := niceCeil(c.in); got != c.want {

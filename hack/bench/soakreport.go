@@ -158,6 +158,18 @@ func (g processGrowth) String() string {
 	return fmt.Sprintf("%+.1f%%", 100*g.Growth)
 }
 
+// shortDuration formats d without trailing zero units: 6m, 40s, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // minutes formats a time into the soak as minutes.
 func minutes(d time.Duration) string {
 	return fmt.Sprintf("%g", math.Round(d.Minutes()*100)/100)
@@ -250,9 +262,9 @@ func (r *soakResult) notes() []string {
 		fmt.Sprintf("Scale: %d simulated members × %d services × %d endpoints; churn asked %g/s, achieved %.1f/s (%d changes).",
 			r.Members, r.Services, r.Endpoints, r.Churn, r.ChurnRate, r.ChurnIssued),
 		fmt.Sprintf("Every %s, %d members were unreachable for %s (their requests answered 503, their open watches cut; %d requests refused); the daemon restarted (SIGTERM, the same command again) after the sample at minute %s.",
-			r.FlapEvery, r.FlapMembers, r.FlapDown, r.FlapRefused, minutes(r.RestartAt)),
+			shortDuration(r.FlapEvery), r.FlapMembers, shortDuration(r.FlapDown), r.FlapRefused, minutes(r.RestartAt)),
 		fmt.Sprintf("Growth check: per daemon process, the median of its first samples after warm-up (%s from the soak's start or from the restart) against the median of its last samples; samples taken while members were unreachable are left out.",
-			r.Warmup),
+			shortDuration(r.Warmup)),
 		"RSS is process_resident_memory_bytes (as the benchmark reports it: the kernel's resident set of the process, VmRSS), heap go_memstats_heap_inuse_bytes, goroutines go_goroutines, each the median of five scrapes of the daemon's /metrics a second apart; member watches are the watch requests open through the member proxy, which carries every member request of the daemon (its few hub watches are not counted).",
 		fmt.Sprintf("Load average before/after: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	}
@@ -263,7 +275,11 @@ func (r *soakResult) notes() []string {
 func (r *soakResult) markdown(plotLink string) string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "Soak of %s, %.0f s in all, with `%s`.\n\n", r.StartedAt.Format("2006-01-02"), r.Seconds, r.Command)
+	fmt.Fprintf(&b, "Soak of %s, %.0f s in all, with `%s`.", r.StartedAt.Format("2006-01-02"), r.Seconds, r.Command)
+	if r.Duration < 30*time.Minute {
+		fmt.Fprintf(&b, " A short soak (%s), not the 30 minutes of `make soak`.", shortDuration(r.Duration))
+	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d GiB memory, %s, %s; Kubernetes %s, etcd %s.\n\n",
 		m.CPUs, m.CPUModel, m.MemoryGiB, m.OS, m.GoVersion, m.Kubernetes, m.Etcd)
 	if plotLink != "" {

@@ -85,6 +85,16 @@ func TestGrowthCheck(t *testing.T) {
 			t.Fatalf("got %+v, want PASS on 8 samples", c)
 		}
 	})
+	t.Run("two samples each: their mean, not the larger", func(t *testing.T) {
+		// After warm-up, 49.4 49.2 52.4 48.0 (the heap of a real run):
+		// 49.3 → 50.2 is +1.8%; the larger of each pair would say +6.2%.
+		s := soakSeries([]float64{40, 49.4, 49.2, 52.4, 48.0}, 100)
+		c := checkOf(t, growthCheck(s, time.Minute, 0.05), "RSS")
+		g := c.Processes[0]
+		if c.Result != "PASS" || math.Abs(g.Base-49.3) > 1e-9 || math.Abs(g.End-50.2) > 1e-9 {
+			t.Fatalf("got %+v (%s), want 49.3 → 50.2, PASS", g, c.Result)
+		}
+	})
 	t.Run("too few samples", func(t *testing.T) {
 		c := checkOf(t, growthCheck(soakSeries([]float64{1, 2, 3}, 100), 2*time.Minute, 0.05), "RSS")
 		if c.Result != "n/a" || len(c.Processes) != 0 {

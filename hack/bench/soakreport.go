@@ -105,7 +105,7 @@ func growthCheck(samples []soakSample, warmup time.Duration, limit float64) []so
 				continue
 			}
 			k := min(3, len(v)/2)
-			g := processGrowth{Process: p, N: len(v), Base: median(v[:k]), End: median(v[len(v)-k:])}
+			g := processGrowth{Process: p, N: len(v), Base: middle(v[:k]), End: middle(v[len(v)-k:])}
 			switch {
 			case g.Base > 0:
 				g.Growth = g.End/g.Base - 1
@@ -122,6 +122,17 @@ func growthCheck(samples []soakSample, warmup time.Duration, limit float64) []so
 		out = append(out, c)
 	}
 	return out
+}
+
+// middle is the median of v, the mean of the middle two for an even count
+// (median takes the upper one: the larger of two).
+func middle(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 func (r *soakResult) checks() []soakCheck { return growthCheck(r.Samples, r.Warmup, soakGrowthLimit) }

@@ -59,6 +59,7 @@ type config struct {
 	// replicas > 0 adds a phase with that many daemon processes sharing
 	// the members.
 	replicas int
+	soak     soakConfig // -soak > 0 runs a soak instead (soak.go)
 }
 
 func main() {
@@ -94,6 +95,7 @@ func main() {
 		c.daemonEnv = append(c.daemonEnv, v)
 		return nil
 	})
+	c.soak.addFlags(flag.CommandLine)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
@@ -102,6 +104,9 @@ func main() {
 	if err := c.validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
+	}
+	if c.soak.duration > 0 {
+		os.Exit(soakMain(&c))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

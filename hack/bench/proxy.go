@@ -46,7 +46,12 @@ type memberProxy struct {
 	token    string
 	views    map[string]bool
 	requests atomic.Int64
+	// wrap, when set, passes each member view's request on to next (the
+	// soak's unreachable members and watch count).
+	wrap atomic.Pointer[proxyWrap]
 }
+
+type proxyWrap func(view string, w http.ResponseWriter, r *http.Request, next http.Handler)
 
 // startMemberProxy listens on a free loopback port in front of the member
 // apiserver at cfg, with the member's admin credentials.
@@ -122,6 +127,10 @@ func (p *memberProxy) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r 
 		}
 		q.Set("labelSelector", sel)
 		r.URL.RawQuery = q.Encode()
+	}
+	if wrap := p.wrap.Load(); wrap != nil && view != allView {
+		(*wrap)(view, w, r, rp)
+		return
 	}
 	rp.ServeHTTP(w, r)
 }

@@ -76,8 +76,13 @@ func newFloor(f *fleet, mode endpoints.PerClusterMode, hubCfg *rest.Config, qps 
 	return fl, nil
 }
 
+// source projects the member slices, as the daemon's member caches do.
 func (fl *floor) source(m, s int, slices []*discoveryv1.EndpointSlice) endpoints.Source {
-	return endpoints.Source{Cluster: fl.f.members[m], Service: fl.f.services[s], Slices: slices}
+	src := endpoints.Source{Cluster: fl.f.members[m], Service: fl.f.services[s]}
+	for _, sl := range slices {
+		src.Slices = append(src.Slices, endpoints.ProjectSlice(sl))
+	}
+	return src
 }
 
 // coldJobs computes every hub object up front and returns one job per

@@ -2,75 +2,82 @@
 package compact
 
 import (
+	"encoding/binary"
 	stdsync "sync"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
-// EndpointSlice makes a cached EndpointSlice share what its endpoints repeat:
-// the condition booleans point to shared values, and node and zone names
-// point to one interned string each. The endpoints move to an array of their
-// exact length (decoding grows it by doubling). It changes no value, only
-// where values live; the slice must be treated as read-only afterwards, as
-// every cached object is. The member informers' transform calls it.
-func EndpointSlice(s *discoveryv1.EndpointSlice) {
-	if cap(s.Endpoints) > len(s.Endpoints) {
-		exact := make([]discoveryv1.Endpoint, len(s.Endpoints))
-		copy(exact, s.Endpoints)
-		s.Endpoints = exact
-	}
-	for i := range s.Endpoints {
-		ep := &s.Endpoints[i]
-		ep.Conditions.Ready = sharedBool(ep.Conditions.Ready)
-		ep.Conditions.Serving = sharedBool(ep.Conditions.Serving)
-		ep.Conditions.Terminating = sharedBool(ep.Conditions.Terminating)
-		ep.NodeName = names.intern(ep.NodeName)
-		ep.Zone = names.intern(ep.Zone)
-	}
-}
-
-var boolValues = [2]bool{false, true}
-
-func sharedBool(p *bool) *bool {
-	if p == nil {
+// Ports returns a slice equal to ports, shared with every other caller that
+// passed equal ports: the slices of a member's services repeat a few port
+// sets many times. The result must be treated as read-only. Equal means the
+// same fields set to the same values, in the same order; nil and empty both
+// return nil.
+func Ports(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	if len(ports) == 0 {
 		return nil
 	}
-	if *p {
-		return &boolValues[1]
-	}
-	return &boolValues[0]
-}
-
-// maxInterned bounds the interned names: node and zone names number in the
-// thousands. Past the bound (nodes come and go for weeks, or a member
-// invents names) the table starts afresh; names already shared stay valid.
-const maxInterned = 1 << 16
-
-type internTable struct {
-	mu stdsync.RWMutex
-	m  map[string]*string
-}
-
-var names = internTable{m: map[string]*string{}}
-
-func (t *internTable) intern(p *string) *string {
-	if p == nil {
-		return nil
-	}
-	t.mu.RLock()
-	q, ok := t.m[*p]
-	t.mu.RUnlock()
+	key := portsKey(ports)
+	portSets.mu.RLock()
+	shared, ok := portSets.m[key]
+	portSets.mu.RUnlock()
 	if ok {
-		return q
+		return shared
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if q, ok := t.m[*p]; ok {
-		return q
+	own := make([]discoveryv1.EndpointPort, len(ports))
+	for i := range ports {
+		ports[i].DeepCopyInto(&own[i])
 	}
-	if len(t.m) >= maxInterned {
-		clear(t.m)
+	portSets.mu.Lock()
+	defer portSets.mu.Unlock()
+	if shared, ok := portSets.m[key]; ok {
+		return shared
 	}
-	t.m[*p] = p
-	return p
+	if len(portSets.m) >= maxInterned {
+		clear(portSets.m)
+	}
+	portSets.m[key] = own
+	return own
 }
+
+// portsKey encodes every field of ports, each with its presence and length,
+// so that different ports never share a key.
+func portsKey(ports []discoveryv1.EndpointPort) string {
+	b := make([]byte, 0, 32*len(ports))
+	str := func(p *string) {
+		if p == nil {
+			b = append(b, 0)
+			return
+		}
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(len(*p)))
+		b = append(b, *p...)
+	}
+	for _, p := range ports {
+		str(p.Name)
+		if p.Port == nil {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			b = binary.AppendVarint(b, int64(*p.Port))
+		}
+		if p.Protocol == nil {
+			str(nil)
+		} else {
+			s := string(*p.Protocol)
+			str(&s)
+		}
+		str(p.AppProtocol)
+	}
+	return string(b)
+}
+
+// maxInterned bounds the interned port sets: a member has a few hundred.
+// Past the bound (services come and go for weeks, or a member invents
+// ports) the table starts afresh; sets already shared stay valid.
+const maxInterned = 1 << 14
+
+var portSets = struct {
+	mu stdsync.RWMutex
+	m  map[string][]discoveryv1.EndpointPort
+}{m: map[string][]discoveryv1.EndpointPort{}}

@@ -19,7 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // sliceServiceIndex indexes member EndpointSlices by "<namespace>/<service>".
@@ -139,16 +139,17 @@ func (c *Cluster) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
 	return l.List(labels.Everything())
 }
 
-// EndpointSlices returns the member's EndpointSlices of service namespace/name.
-// The objects are shared with the cache: callers must not modify them.
-func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error) {
+// EndpointSlices returns the projections of the member's EndpointSlices of
+// service namespace/name, as the cache holds them (see stripMemberObject).
+// They are shared with the cache: callers must not modify them.
+func (c *Cluster) EndpointSlices(namespace, service string) ([]*endpoints.MemberSlice, error) {
 	objs, err := c.informers.Load().slices.GetIndexer().ByIndex(sliceServiceIndex, namespace+"/"+service)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	out := make([]*endpoints.MemberSlice, 0, len(objs))
 	for _, o := range objs {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if s, ok := o.(*endpoints.MemberSlice); ok {
 			out = append(out, s)
 		}
 	}
@@ -182,7 +183,7 @@ func (c *Cluster) shutdown() {
 
 // sliceService is the index function of sliceServiceIndex.
 func sliceService(obj interface{}) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
+	s, ok := obj.(*endpoints.MemberSlice)
 	if !ok {
 		return nil, nil
 	}
@@ -193,14 +194,14 @@ func sliceService(obj interface{}) ([]string, error) {
 	return []string{s.Namespace + "/" + svc}, nil
 }
 
-// Annotations the sync reads from member objects; all others are dropped.
-const (
-	annotationExport            = "endpoint-aggregator.io/export"
-	annotationLastChangeTrigger = "endpoints.kubernetes.io/last-change-trigger-time"
-)
+// annotationExport is the one annotation of member Services the sync
+// reads; the others are dropped.
+const annotationExport = "endpoint-aggregator.io/export"
 
 // stripMemberObject drops what the sync never reads, to keep per-member caches
-// small: managed fields, most annotations, Service selectors and status.
+// small: managed fields, most annotations, Service selectors and status. An
+// EndpointSlice becomes its projection (see endpoints.ProjectSlice), which
+// the cache holds instead; one already projected stays as it is.
 func stripMemberObject(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
@@ -209,14 +210,7 @@ func stripMemberObject(obj interface{}) (interface{}, error) {
 		o.Spec.Selector = nil
 		o.Status = corev1.ServiceStatus{}
 	case *discoveryv1.EndpointSlice:
-		o.ManagedFields = nil
-		o.Annotations = keepAnnotations(o.Annotations, annotationLastChangeTrigger)
-		o.OwnerReferences = nil
-		for i := range o.Endpoints {
-			o.Endpoints[i].TargetRef = nil
-			o.Endpoints[i].DeprecatedTopology = nil
-		}
-		compact.EndpointSlice(o)
+		return endpoints.ProjectSlice(o), nil
 	case *mcsv1beta1.ServiceExport:
 		o.ManagedFields = nil
 	}

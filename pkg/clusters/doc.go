@@ -13,6 +13,9 @@
 // after it failed, its informers are restarted on the same clients at once
 // (make-before-break once synced) instead of waiting out client-go's backoff.
 //
+// The caches hold what the sync reads: Services and ServiceExports stripped
+// of the rest, EndpointSlices as their projections (endpoints.ProjectSlice).
+//
 // The package knows nothing of the hub's outputs. It tells its user about
 // members through callbacks (see Handler) and exposes each member's listers.
 package clusters

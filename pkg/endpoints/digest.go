@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"maps"
 	"slices"
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,13 +68,14 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 	return d
 }
 
-// hashEndpoints is the Hash a slice holding eps, in this order, digests to.
-func hashEndpoints(eps []*discoveryv1.Endpoint) uint64 {
+// hashEndpoints is the Hash a slice holding eps, in this order and as
+// hubEndpointInto writes them, digests to.
+func hashEndpoints(eps []desiredEndpoint) uint64 {
 	var h maphash.Hash
 	h.SetSeed(hashSeed)
 	writeInt(&h, len(eps))
-	for _, ep := range eps {
-		hashEndpoint(&h, ep)
+	for _, d := range eps {
+		hashMemberEndpoint(&h, d.addr, d.ep)
 	}
 	return h.Sum64()
 }
@@ -156,6 +158,48 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 	writeInt(h, len(nodes))
 	for _, n := range nodes {
 		writeString(h, n.Name)
+	}
+}
+
+// hashMemberEndpoint writes what hashEndpoint writes for the endpoint
+// hubEndpointInto makes of ep at addr, without making it.
+func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
+	writeInt(h, 1)
+	writeString(h, addr)
+	for _, c := range []struct{ set, isTrue conditions }{
+		{readySet, readyTrue}, {servingSet, servingTrue}, {terminatingSet, terminatingTrue},
+	} {
+		switch {
+		case ep.cond&c.set == 0:
+			h.WriteByte(0)
+		case ep.cond&c.isTrue != 0:
+			h.WriteByte(1)
+		default:
+			h.WriteByte(2)
+		}
+	}
+	if ep.hostname == (unique.Handle[string]{}) {
+		h.WriteByte(0)
+	} else {
+		h.WriteByte(1)
+		writeString(h, ep.hostname.Value())
+	}
+	t := ep.topo.Value()
+	for _, f := range []struct {
+		set   topologySet
+		value string
+	}{{nodeSet, t.node}, {zoneSet, t.zone}} {
+		if t.set&f.set == 0 {
+			h.WriteByte(0)
+			continue
+		}
+		h.WriteByte(1)
+		writeString(h, f.value)
+	}
+	zones, nodes, _ := strings.Cut(t.hints, ";") // both "" without hints
+	for _, list := range []string{zones, nodes} {
+		writeInt(h, strings.Count(list, ","))
+		eachName(list, func(name string) { writeString(h, name) })
 	}
 }
 

@@ -12,11 +12,17 @@
 //   - its contribution to the ServiceImport (see MergeImport) and the derived
 //     Service that backs it (see DerivedService).
 //
+// Member EndpointSlices come in as projections (MemberSlice, built by
+// ProjectSlice in the member informers' transform): the planners see only
+// what the hub carries. The hub objects they plan are API objects.
+//
 // The package is pure: it depends on API types only, never on a client. Its
 // inputs usually come from informer caches, so no function mutates its
 // arguments and no returned object shares memory with them, except the
 // digests (DigestSlice, DigestEndpoints), which an informer transform
-// builds from objects it then drops. The UpToDate and
-// Merge helpers compare and apply only the fields this package owns, so that
-// fields defaulted or allocated by the API server never cause writes.
+// builds from objects it then drops, and projections, which are read-only
+// and which Sanitize and MarkNotReady share in what they return. The
+// UpToDate and Merge helpers compare and apply only the fields this package
+// owns, so that fields defaulted or allocated by the API server never cause
+// writes.
 package endpoints

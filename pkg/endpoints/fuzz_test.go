@@ -3,6 +3,7 @@ package endpoints
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -61,7 +62,7 @@ func FuzzDesiredHubObjects(f *testing.F) {
 		}
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: svcName},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 80}}}}
-		src, _ := Sanitize(Source{Cluster: cluster, Service: svc, Slices: []*discoveryv1.EndpointSlice{sl}}, fuzzPolicy)
+		src, _ := Sanitize(Source{Cluster: cluster, Service: svc, Slices: project(sl)}, fuzzPolicy)
 
 		plan := PlanSlices(src, nil)
 		for _, s := range append(plan.Create, plan.Update...) {
@@ -158,16 +159,16 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sl := &discoveryv1.EndpointSlice{AddressType: tc.at, Endpoints: []discoveryv1.Endpoint{tc.ep}, Ports: []discoveryv1.EndpointPort{tc.port}}
-			before := sl.DeepCopy()
-			out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+			sl := ProjectSlice(&discoveryv1.EndpointSlice{AddressType: tc.at, Endpoints: []discoveryv1.Endpoint{tc.ep}, Ports: []discoveryv1.EndpointPort{tc.port}})
+			before := sl.DeepCopyObject()
+			out, refused := Sanitize(Source{Slices: []*MemberSlice{sl}}, nil)
 			if dropped := refused.Total(); dropped != tc.dropped || refused.Counts[addresses.Invalid] != dropped {
 				t.Fatalf("dropped %d, want %d", dropped, tc.dropped)
 			}
 			if tc.dropped == 0 && out.Slices[0] != sl {
 				t.Error("a clean slice was copied")
 			}
-			if !equalSlices(before, sl) {
+			if !reflect.DeepEqual(before, sl) {
 				t.Error("input mutated")
 			}
 		})
@@ -177,7 +178,7 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 	for i := 0; i < 1500; i++ {
 		big.Endpoints = append(big.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.1", i/256, i%256)}})
 	}
-	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{big}}, nil)
+	out, refused := Sanitize(Source{Slices: project(big)}, nil)
 	if dropped := refused.Total(); dropped != 500 || len(out.Slices[0].Endpoints) != maxMemberSliceEndpoints {
 		t.Fatalf("oversized slice: dropped %d, kept %d", dropped, len(out.Slices[0].Endpoints))
 	}
@@ -193,20 +194,22 @@ func TestSanitizeDropsAnUnnamedPortBesideNamedOnes(t *testing.T) {
 			{Name: ptr.To("metrics"), Port: ptr.To[int32](9090)},
 		},
 	}
-	before := sl.DeepCopy()
-	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+	m := ProjectSlice(sl)
+	before := m.DeepCopyObject()
+	out, refused := Sanitize(Source{Slices: []*MemberSlice{m}}, nil)
 	if dropped := refused.Total(); dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
 		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
 	}
 	if ps := out.Slices[0].Ports; len(ps) != 1 || *ps[0].Name != "metrics" {
 		t.Errorf("ports %+v, want metrics only", ps)
 	}
-	if !equalSlices(before, sl) {
+	if !reflect.DeepEqual(before, m) {
 		t.Error("input mutated")
 	}
 	// One unnamed port alone is fine.
 	sl.Ports = sl.Ports[:1]
-	if out, _ := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil); out.Slices[0] != sl {
+	m = ProjectSlice(sl)
+	if out, _ := Sanitize(Source{Slices: []*MemberSlice{m}}, nil); out.Slices[0] != m {
 		t.Error("a slice with one unnamed port was changed")
 	}
 }
@@ -223,8 +226,9 @@ func TestSanitizeDropsARepeatedPortName(t *testing.T) {
 			{Name: ptr.To("http"), Port: ptr.To[int32](8081)},
 		},
 	}
-	before := sl.DeepCopy()
-	out, refused := Sanitize(Source{Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+	m := ProjectSlice(sl)
+	before := m.DeepCopyObject()
+	out, refused := Sanitize(Source{Slices: []*MemberSlice{m}}, nil)
 	if dropped := refused.Total(); dropped != 0 || len(out.Slices) != 1 || len(out.Slices[0].Endpoints) != 1 {
 		t.Fatalf("dropped %d, slices %+v", dropped, out.Slices)
 	}
@@ -232,11 +236,7 @@ func TestSanitizeDropsARepeatedPortName(t *testing.T) {
 	if len(ps) != 2 || *ps[0].Name != "http" || *ps[0].Port != 8080 || *ps[1].Name != "metrics" {
 		t.Errorf("ports %+v, want http/8080 and metrics", ps)
 	}
-	if !equalSlices(before, sl) {
+	if !reflect.DeepEqual(before, m) {
 		t.Error("input mutated")
 	}
-}
-
-func equalSlices(a, b *discoveryv1.EndpointSlice) bool {
-	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }

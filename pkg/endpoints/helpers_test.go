@@ -73,7 +73,39 @@ func readyEndpoints(from, n int) []discoveryv1.Endpoint {
 }
 
 func testSource(sl ...*discoveryv1.EndpointSlice) Source {
-	return Source{Cluster: testCluster, Service: testSvc(svcPort("http", 80)), Slices: sl}
+	return Source{Cluster: testCluster, Service: testSvc(svcPort("http", 80)), Slices: project(sl...)}
+}
+
+// project returns the projections of list, as the member caches hold them.
+func project(list ...*discoveryv1.EndpointSlice) []*MemberSlice {
+	out := make([]*MemberSlice, len(list))
+	for i, s := range list {
+		out[i] = ProjectSlice(s)
+	}
+	return out
+}
+
+// memberAddresses returns the addresses of all endpoints of projections,
+// sorted.
+func memberAddresses(list []*MemberSlice) []string {
+	var out []string
+	for _, s := range list {
+		for _, ep := range s.Endpoints {
+			out = append(out, ep.Addr.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// copyMember returns a deep copy of projections, to check they were not
+// modified (see reflect.DeepEqual).
+func copyMember(list []*MemberSlice) []*MemberSlice {
+	out := make([]*MemberSlice, len(list))
+	for i, s := range list {
+		out[i] = s.DeepCopyObject().(*MemberSlice)
+	}
+	return out
 }
 
 // apply simulates the API server applying plan to the slices in state, and

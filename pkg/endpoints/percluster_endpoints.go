@@ -78,14 +78,13 @@ func endpointSubsets(src Source) []corev1.EndpointSubset {
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			for _, ip := range ep.Addresses {
-				a := subsetAddress{
-					EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: deref(ep.Hostname), NodeName: clonePtr(ep.NodeName)},
-					ready:           isReady(ep),
-				}
-				if cur, ok := s.addrs[ip]; !ok || preferredAddress(a, cur) {
-					s.addrs[ip] = a
-				}
+			ip := ep.Addr.String()
+			a := subsetAddress{
+				EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: deref(ep.Hostname()), NodeName: ep.NodeName()},
+				ready:           ep.IsReady(),
+			}
+			if cur, ok := s.addrs[ip]; !ok || preferredAddress(a, cur) {
+				s.addrs[ip] = a
 			}
 		}
 	}

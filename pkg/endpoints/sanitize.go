@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -76,22 +75,21 @@ func (r *Refusals) add(addr string, v addresses.Verdict, n int) {
 
 // Sanitize returns src without what the hub must not get from a member:
 // endpoints the hub's API server would reject or a well-behaved member could
-// never have sent (an address not of the slice's type, an invalid hostname,
-// node name or zone, invalid ports, past the per-slice limit), endpoints
+// never have sent (the projection's Invalid endpoints: see ProjectSlice;
+// and past the per-slice limit), slices with invalid ports, endpoints
 // whose address policy refuses (see addresses.Policy: special addresses,
 // the hub's Service ranges, denied and not-allowed ranges), and an unnamed
 // port beside named ones (no Service port can map to it, and Endpoints
 // subsets could not hold it). The other endpoints of a slice stay.
-// Each endpoint keeps only its first address, the one consumers use, and
-// is judged by it. refused counts what was removed, by reason. src is not
-// modified; when nothing is refused, the slices are returned as they are.
-// A nil policy checks only what the hub would reject.
+// refused counts what was removed, by reason, in the member's order. src
+// is not modified; when nothing is refused, the slices are returned as
+// they are. A nil policy checks only what the hub would reject.
 func Sanitize(src Source, policy *addresses.Policy) (out Source, refused Refusals) {
 	if policy == nil {
 		policy = &addresses.Policy{}
 	}
 	out = src
-	var clean []*discoveryv1.EndpointSlice
+	var clean []*MemberSlice
 	for i, sl := range src.Slices {
 		keep := sanitizeSlice(sl, policy, &refused)
 		if keep == sl {
@@ -101,7 +99,7 @@ func Sanitize(src Source, policy *addresses.Policy) (out Source, refused Refusal
 			continue
 		}
 		if clean == nil {
-			clean = append(make([]*discoveryv1.EndpointSlice, 0, len(src.Slices)), src.Slices[:i]...)
+			clean = append(make([]*MemberSlice, 0, len(src.Slices)), src.Slices[:i]...)
 		}
 		if keep != nil {
 			clean = append(clean, keep)
@@ -115,107 +113,76 @@ func Sanitize(src Source, policy *addresses.Policy) (out Source, refused Refusal
 
 // sanitizeSlice returns sl itself when it is clean, a cleaned copy, or nil
 // when nothing of it can be used, and adds what it refused to r.
-func sanitizeSlice(sl *discoveryv1.EndpointSlice, p *addresses.Policy, r *Refusals) *discoveryv1.EndpointSlice {
+func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSlice {
 	if sl == nil {
 		return nil
 	}
-	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+	if !sl.isIP() {
 		return sl // FQDN slices are never aggregated anyway
 	}
+	total := len(sl.Endpoints) + len(sl.Invalid)
 	for _, port := range sl.Ports {
 		if !validPort(port) {
-			if len(sl.Endpoints) > 0 {
-				r.add(firstAddress(&sl.Endpoints[0]), addresses.Verdict{Reason: addresses.Invalid, Detail: "the slice has an invalid port"}, len(sl.Endpoints))
+			if total > 0 {
+				r.add(sl.firstAddress(), addresses.Verdict{Reason: addresses.Invalid, Detail: "the slice has an invalid port"}, total)
 			}
 			return nil
 		}
 	}
 	dropPort, dropPorts := portsToDrop(sl.Ports)
-	var verdicts []addresses.Verdict // nil while every endpoint is accepted
-	multi := false                   // an endpoint has more than one address
-	for i := range sl.Endpoints {
-		multi = multi || len(sl.Endpoints[i].Addresses) > 1
-		v := checkEndpoint(sl.AddressType, &sl.Endpoints[i], p)
+	pastLimit := addresses.Verdict{Reason: addresses.Invalid, Detail: "past the API's 1000 endpoints per slice"}
+	// Walk the endpoints in the member's order: Invalid ones stand at
+	// their Index, the others fill the positions in between.
+	var verdicts []addresses.Verdict // of sl.Endpoints; nil while every one is accepted
+	for i, inv := 0, 0; i < total; i++ {
+		if inv < len(sl.Invalid) && sl.Invalid[inv].Index == i {
+			inv++
+			continue
+		}
+		j := i - inv
+		v := p.Check(sl.Endpoints[j].Addr)
 		if i >= maxMemberSliceEndpoints {
-			v = addresses.Verdict{Reason: addresses.Invalid, Detail: "past the API's 1000 endpoints per slice"}
+			v = pastLimit
 		}
 		if v.Reason != addresses.Accepted && verdicts == nil {
 			verdicts = make([]addresses.Verdict, len(sl.Endpoints))
 		}
 		if verdicts != nil {
-			verdicts[i] = v
+			verdicts[j] = v
 		}
 	}
-	if verdicts == nil && dropPorts == 0 && !multi {
+	if verdicts == nil && dropPorts == 0 && len(sl.Invalid) == 0 {
 		return sl
 	}
-	c := sl.DeepCopy()
+	c := *sl // metadata and ports are read-only, so shared
+	c.Invalid = nil
 	if dropPorts > 0 {
-		c.Ports = c.Ports[:0]
+		c.Ports = make([]discoveryv1.EndpointPort, 0, len(sl.Ports)-dropPorts)
 		for i, port := range sl.Ports {
 			if !dropPort[i] {
 				c.Ports = append(c.Ports, *port.DeepCopy())
 			}
 		}
 	}
-	c.Endpoints = c.Endpoints[:0]
-	for i, ep := range sl.Endpoints {
-		if verdicts != nil && verdicts[i].Reason != addresses.Accepted {
-			r.add(firstAddress(&sl.Endpoints[i]), verdicts[i], 1)
+	c.Endpoints = make([]MemberEndpoint, 0, len(sl.Endpoints))
+	for i, inv := 0, 0; i < total; i++ {
+		if inv < len(sl.Invalid) && sl.Invalid[inv].Index == i {
+			v := addresses.Verdict{Reason: addresses.Invalid, Detail: sl.Invalid[inv].Detail}
+			if i >= maxMemberSliceEndpoints {
+				v = pastLimit
+			}
+			r.add(sl.Invalid[inv].Address, v, 1)
+			inv++
 			continue
 		}
-		ep = *ep.DeepCopy()
-		ep.Addresses = ep.Addresses[:1]
-		c.Endpoints = append(c.Endpoints, ep)
-	}
-	return c
-}
-
-func firstAddress(ep *discoveryv1.Endpoint) string {
-	if len(ep.Addresses) == 0 {
-		return ""
-	}
-	return ep.Addresses[0]
-}
-
-// checkEndpoint judges one endpoint by its first address and its other
-// fields.
-func checkEndpoint(at discoveryv1.AddressType, ep *discoveryv1.Endpoint, p *addresses.Policy) addresses.Verdict {
-	invalid := func(why string) addresses.Verdict {
-		return addresses.Verdict{Reason: addresses.Invalid, Detail: why}
-	}
-	if len(ep.Addresses) == 0 {
-		return invalid("no address")
-	}
-	a, err := netip.ParseAddr(ep.Addresses[0])
-	if err != nil || a.Zone() != "" || a.String() != ep.Addresses[0] {
-		return invalid("not an IP address in canonical form")
-	}
-	if (at == discoveryv1.AddressTypeIPv4) != a.Is4() {
-		return invalid("not an address of the slice's type " + string(at))
-	}
-	if ep.Hostname != nil && len(validation.IsDNS1123Label(*ep.Hostname)) > 0 {
-		return invalid("invalid hostname")
-	}
-	if ep.NodeName != nil && len(validation.IsDNS1123Subdomain(*ep.NodeName)) > 0 {
-		return invalid("invalid node name")
-	}
-	if ep.Zone != nil && len(validation.IsValidLabelValue(*ep.Zone)) > 0 {
-		return invalid("invalid zone")
-	}
-	if ep.Hints != nil {
-		for _, z := range ep.Hints.ForZones {
-			if len(validation.IsValidLabelValue(z.Name)) > 0 {
-				return invalid("invalid zone hint")
-			}
+		j := i - inv
+		if verdicts != nil && verdicts[j].Reason != addresses.Accepted {
+			r.add(sl.Endpoints[j].Addr.String(), verdicts[j], 1)
+			continue
 		}
-		for _, n := range ep.Hints.ForNodes {
-			if len(validation.IsDNS1123Subdomain(n.Name)) > 0 {
-				return invalid("invalid node hint")
-			}
-		}
+		c.Endpoints = append(c.Endpoints, sl.Endpoints[j])
 	}
-	return p.Check(a)
+	return &c
 }
 
 func validPort(p discoveryv1.EndpointPort) bool {

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -39,12 +40,12 @@ func TestSanitizeRefusesAddressesByPolicy(t *testing.T) {
 		"10.96.0.1", "10.250.0.9", "192.168.0.1", "10.1.0.2")
 	v6 := addressSlice("svc-v6", discoveryv1.AddressTypeIPv6,
 		"fd00:1::1", "::1", "fe80::1", "::", "ff02::1", "::ffff:10.1.0.3", "fd00:10:96::1", "2001:db8::1", "fd00:1::2")
-	src := Source{Cluster: "east", Slices: []*discoveryv1.EndpointSlice{v4, v6}}
-	before := []*discoveryv1.EndpointSlice{v4.DeepCopy(), v6.DeepCopy()}
+	src := Source{Cluster: "east", Slices: project(v4, v6)}
+	before := copyMember(src.Slices)
 
 	out, refused := Sanitize(src, p)
 
-	if got, want := firstAddresses(out.Slices), []string{"10.1.0.1", "10.1.0.2", "fd00:1::1", "fd00:1::2"}; !slices.Equal(got, want) {
+	if got, want := memberAddresses(out.Slices), []string{"10.1.0.1", "10.1.0.2", "fd00:1::1", "fd00:1::2"}; !slices.Equal(got, want) {
 		t.Errorf("kept %v, want %v", got, want)
 	}
 	want := [addresses.NumReasons]int{}
@@ -61,7 +62,7 @@ func TestSanitizeRefusesAddressesByPolicy(t *testing.T) {
 	if len(refused.Samples) != maxRefusalSamples || refused.Samples[0].Address != "127.0.0.1" || refused.Samples[0].Verdict.Detail != "loopback" {
 		t.Errorf("samples %+v, want the first %d refused, loopback first", refused.Samples, maxRefusalSamples)
 	}
-	if !equalSlices(before[0], v4) || !equalSlices(before[1], v6) {
+	if !reflect.DeepEqual(before, src.Slices) {
 		t.Error("input mutated")
 	}
 	// The hub's objects built from what is left hold none of it.
@@ -98,7 +99,7 @@ func TestMemberLabelsNeverAttributeEndpoints(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "svc",
 		Labels: map[string]string{"multicluster.kubernetes.io/source-cluster": "west"}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
-	src, _ := Sanitize(Source{Cluster: "east", Service: svc, Slices: []*discoveryv1.EndpointSlice{sl}}, nil)
+	src, _ := Sanitize(Source{Cluster: "east", Service: svc, Slices: project(sl)}, nil)
 
 	plan := PlanSlices(src, nil)
 	if len(plan.Create) == 0 {
@@ -111,7 +112,7 @@ func TestMemberLabelsNeverAttributeEndpoints(t *testing.T) {
 	}
 	// West's own slices of the service are not east's to replace: planned
 	// against a hub that holds them, east's plan leaves them alone.
-	west := PlanSlices(Source{Cluster: "west", Service: svc, Slices: []*discoveryv1.EndpointSlice{addressSlice("svc-w", discoveryv1.AddressTypeIPv4, "10.2.0.1")}}, nil)
+	west := PlanSlices(Source{Cluster: "west", Service: svc, Slices: project(addressSlice("svc-w", discoveryv1.AddressTypeIPv4, "10.2.0.1"))}, nil)
 	var hub []*SliceDigest
 	for _, s := range west.Create {
 		if s.Name == "" {

@@ -49,9 +49,16 @@ func ownsSlice(slice *SliceDigest, namespace, service, cluster string) bool {
 type sliceGroup struct {
 	addressType discoveryv1.AddressType
 	ports       []discoveryv1.EndpointPort // sorted by comparePorts
-	// endpoints maps first addresses to member endpoints: they are read-only
-	// and copied by hubEndpointInto only when written out.
-	endpoints map[string]*discoveryv1.Endpoint
+	// endpoints maps addresses, in text form, to member endpoints: they are
+	// read-only and written out by hubEndpointInto.
+	endpoints map[string]*MemberEndpoint
+}
+
+// desiredEndpoint is a member endpoint with its address in text form, which
+// orders the endpoints of a hub slice.
+type desiredEndpoint struct {
+	addr string
+	ep   *MemberEndpoint
 }
 
 // desiredGroups returns the groups of src's member endpoints by key. An
@@ -66,74 +73,55 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 			g = &sliceGroup{
 				addressType: sl.AddressType,
 				ports:       sortedPorts(sl.Ports),
-				endpoints:   make(map[string]*discoveryv1.Endpoint, len(sl.Endpoints)),
+				endpoints:   make(map[string]*MemberEndpoint, len(sl.Endpoints)),
 			}
 			groups[key] = g
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			if len(ep.Addresses) == 0 {
-				continue
-			}
-			if cur, ok := g.endpoints[ep.Addresses[0]]; !ok || preferred(ep, cur) {
-				g.endpoints[ep.Addresses[0]] = ep
+			addr := ep.Addr.String()
+			if cur, ok := g.endpoints[addr]; !ok || preferred(addr, ep, cur) {
+				g.endpoints[addr] = ep
 			}
 		}
 	}
 	return groups
 }
 
-// hubEndpointInto copies into out the fields of ep the hub carries: TargetRef
-// names an object of the member cluster and DeprecatedTopology is obsolete.
-func hubEndpointInto(ep, out *discoveryv1.Endpoint) {
+// hubEndpointInto writes into out the endpoint the hub carries for ep at
+// addr: everything the projection holds, in fresh memory.
+func hubEndpointInto(addr string, ep *MemberEndpoint, out *discoveryv1.Endpoint) {
 	*out = discoveryv1.Endpoint{
-		Addresses: slices.Clone(ep.Addresses),
+		Addresses: []string{addr},
 		Conditions: discoveryv1.EndpointConditions{
-			Ready:       clonePtr(ep.Conditions.Ready),
-			Serving:     clonePtr(ep.Conditions.Serving),
-			Terminating: clonePtr(ep.Conditions.Terminating),
+			Ready:       ep.Ready(),
+			Serving:     ep.Serving(),
+			Terminating: ep.Terminating(),
 		},
-		Hostname: clonePtr(ep.Hostname),
-		NodeName: clonePtr(ep.NodeName),
-		Zone:     clonePtr(ep.Zone),
-		Hints:    ep.Hints.DeepCopy(),
+		Hostname: ep.Hostname(),
+		NodeName: ep.NodeName(),
+		Zone:     ep.Zone(),
+		Hints:    ep.Hints(),
 	}
 }
 
-// preferred reports whether a should represent an address rather than b:
-// ready first, then serving, then not terminating. The final tie-break on
-// the carried fields only makes the choice independent of input order.
-func preferred(a, b *discoveryv1.Endpoint) bool {
-	if ra, rb := isReady(a), isReady(b); ra != rb {
+// preferred reports whether a should represent addr rather than b: ready
+// first, then serving, then not terminating. The final tie-break on the
+// carried fields only makes the choice independent of input order.
+func preferred(addr string, a, b *MemberEndpoint) bool {
+	if ra, rb := a.IsReady(), b.IsReady(); ra != rb {
 		return ra
 	}
-	if sa, sb := isServing(a), isServing(b); sa != sb {
+	if sa, sb := a.IsServing(), b.IsServing(); sa != sb {
 		return sa
 	}
-	if ta, tb := isTerminating(a), isTerminating(b); ta != tb {
+	if ta, tb := a.IsTerminating(), b.IsTerminating(); ta != tb {
 		return tb
 	}
 	var ha, hb discoveryv1.Endpoint
-	hubEndpointInto(a, &ha)
-	hubEndpointInto(b, &hb)
+	hubEndpointInto(addr, a, &ha)
+	hubEndpointInto(addr, b, &hb)
 	return ha.String() < hb.String()
-}
-
-// isReady interprets an unset ready condition as ready, as the API requires.
-func isReady(ep *discoveryv1.Endpoint) bool {
-	return ep.Conditions.Ready == nil || *ep.Conditions.Ready
-}
-
-// isServing falls back to the ready condition when serving is unset.
-func isServing(ep *discoveryv1.Endpoint) bool {
-	if ep.Conditions.Serving == nil {
-		return isReady(ep)
-	}
-	return *ep.Conditions.Serving
-}
-
-func isTerminating(ep *discoveryv1.Endpoint) bool {
-	return ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 }
 
 // comparePorts orders ports by name, then by the rest of their content.

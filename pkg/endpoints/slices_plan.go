@@ -26,12 +26,12 @@ func (p SlicePlan) Empty() bool {
 type plannedSlice struct {
 	existing  *SliceDigest // nil for a new slice; read-only
 	group     *sliceGroup
-	endpoints []*discoveryv1.Endpoint
+	endpoints []desiredEndpoint
 }
 
 // fill moves endpoints from the front of rest into s while it has room and
 // returns what is left.
-func (s *plannedSlice) fill(rest []*discoveryv1.Endpoint) []*discoveryv1.Endpoint {
+func (s *plannedSlice) fill(rest []desiredEndpoint) []desiredEndpoint {
 	n := min(MaxEndpointsPerSlice-len(s.endpoints), len(rest))
 	if n <= 0 {
 		return rest
@@ -194,20 +194,20 @@ func ownedSlices(existing []*SliceDigest, namespace, service, cluster string) []
 // any was dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back
 // to g.
 func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) {
-	ps = &plannedSlice{existing: es, group: g, endpoints: make([]*discoveryv1.Endpoint, 0, len(es.Addresses))}
+	ps = &plannedSlice{existing: es, group: g, endpoints: make([]desiredEndpoint, 0, len(es.Addresses))}
 	for _, addr := range es.Addresses {
 		want, ok := g.endpoints[addr]
 		if !ok { // gone, listed twice, or no address at all
 			dirty = true
 			continue
 		}
-		ps.endpoints = append(ps.endpoints, want)
+		ps.endpoints = append(ps.endpoints, desiredEndpoint{addr, want})
 		delete(g.endpoints, addr)
 	}
 	if len(ps.endpoints) > MaxEndpointsPerSlice {
 		slices.SortFunc(ps.endpoints, compareEndpoints)
-		for _, ep := range ps.endpoints[MaxEndpointsPerSlice:] {
-			g.endpoints[ep.Addresses[0]] = ep
+		for _, d := range ps.endpoints[MaxEndpointsPerSlice:] {
+			g.endpoints[d.addr] = d.ep
 		}
 		ps.endpoints = ps.endpoints[:MaxEndpointsPerSlice]
 		return ps, true
@@ -226,14 +226,17 @@ func placeholderGroup(src Source, groups map[string]*sliceGroup) *sliceGroup {
 		}
 	}
 	clear(groups)
-	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[string]*discoveryv1.Endpoint{}}
+	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[string]*MemberEndpoint{}}
 	groups[groupKey(g.addressType, nil)] = g
 	return g
 }
 
 // remainingEndpoints returns the endpoints of g not yet placed, sorted.
-func remainingEndpoints(g *sliceGroup) []*discoveryv1.Endpoint {
-	rest := slices.Collect(maps.Values(g.endpoints))
+func remainingEndpoints(g *sliceGroup) []desiredEndpoint {
+	rest := make([]desiredEndpoint, 0, len(g.endpoints))
+	for addr, ep := range g.endpoints {
+		rest = append(rest, desiredEndpoint{addr, ep})
+	}
 	slices.SortFunc(rest, compareEndpoints)
 	return rest
 }
@@ -266,9 +269,9 @@ func fullestFirst(a, b *plannedSlice) int {
 	)
 }
 
-// compareEndpoints orders endpoints by first address.
-func compareEndpoints(a, b *discoveryv1.Endpoint) int {
-	return strings.Compare(a.Addresses[0], b.Addresses[0])
+// compareEndpoints orders endpoints by address, in text form.
+func compareEndpoints(a, b desiredEndpoint) int {
+	return strings.Compare(a.addr, b.addr)
 }
 
 // object returns the planned slice as a new object. New slices get name;
@@ -280,8 +283,8 @@ func (s *plannedSlice) object(name, namespace string, labels, annotations map[st
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.endpoints)),
 	}
 	slices.SortFunc(s.endpoints, compareEndpoints)
-	for i, ep := range s.endpoints {
-		hubEndpointInto(ep, &out.Endpoints[i])
+	for i, d := range s.endpoints {
+		hubEndpointInto(d.addr, d.ep, &out.Endpoints[i])
 	}
 	if s.existing == nil {
 		out.Name, out.Namespace = name, namespace

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // Source is one exported member Service with its member EndpointSlices.
@@ -15,8 +14,9 @@ type Source struct {
 	// Service is the member Service; never nil and read-only (it comes from an
 	// informer cache).
 	Service *corev1.Service
-	// Slices are the member's EndpointSlices of Service; read-only.
-	Slices []*discoveryv1.EndpointSlice
+	// Slices are the projections of the member's EndpointSlices of
+	// Service (see ProjectSlice); read-only.
+	Slices []*MemberSlice
 	// Record is the export record (see ExportRecord) every hub slice of the
 	// source carries; empty for none.
 	Record string
@@ -25,14 +25,14 @@ type Source struct {
 // ipSlices returns the IPv4 and IPv6 slices of s sorted by name, so that any
 // choice made while walking them does not depend on informer order. FQDN
 // slices are never aggregated.
-func (s Source) ipSlices() []*discoveryv1.EndpointSlice {
-	out := make([]*discoveryv1.EndpointSlice, 0, len(s.Slices))
+func (s Source) ipSlices() []*MemberSlice {
+	out := make([]*MemberSlice, 0, len(s.Slices))
 	for _, sl := range s.Slices {
-		if sl != nil && (sl.AddressType == discoveryv1.AddressTypeIPv4 || sl.AddressType == discoveryv1.AddressTypeIPv6) {
+		if sl != nil && sl.isIP() {
 			out = append(out, sl)
 		}
 	}
-	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *MemberSlice) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -41,14 +41,17 @@ func (s Source) ipSlices() []*discoveryv1.EndpointSlice {
 // keep their last-known values, so the data plane can still fall back.
 func MarkNotReady(src Source) Source {
 	out := src
-	out.Slices = make([]*discoveryv1.EndpointSlice, len(src.Slices))
+	out.Slices = make([]*MemberSlice, len(src.Slices))
 	for i, s := range src.Slices {
-		c := s.DeepCopy()
-		for j := range c.Endpoints {
-			ready := false
-			c.Endpoints[j].Conditions.Ready = &ready
+		if s == nil {
+			continue
 		}
-		out.Slices[i] = c
+		c := *s // the rest is read-only, so shared
+		c.Endpoints = slices.Clone(s.Endpoints)
+		for j := range c.Endpoints {
+			c.Endpoints[j].markNotReady()
+		}
+		out.Slices[i] = &c
 	}
 	return out
 }

@@ -83,7 +83,9 @@ type Member struct {
 	ReadError string
 	Service   *corev1.Service
 	Export    *mcsv1beta1.ServiceExport
-	Slices    []*discoveryv1.EndpointSlice
+	// Slices are the projections of its EndpointSlices, as the daemon's
+	// caches hold them (see endpoints.ProjectSlice).
+	Slices []*endpoints.MemberSlice
 
 	// What the hub holds from it: its per-cluster Service and Endpoints
 	// (ours, or held by someone else when *Taken), and its MCS slices.
@@ -400,11 +402,8 @@ func countEndpoints(p Policy, m Member) (ready, notReady int, refused endpoints.
 	policy.MemberAllowed = m.AllowedEndpoints
 	clean, refused := endpoints.Sanitize(endpoints.Source{Cluster: m.Name, Service: m.Service, Slices: m.Slices}, &policy)
 	for _, s := range clean.Slices {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+		for _, ep := range s.Endpoints { // none in other than IPv4 and IPv6 slices
+			if ep.IsReady() {
 				ready++
 			} else {
 				notReady++

@@ -58,8 +58,18 @@ func imported(clusters ...string) *mcsv1beta1.ServiceImport {
 func healthy(name string, port int32, age time.Duration) Member {
 	s, se := svc(port), export(age)
 	return Member{Name: name, Secret: name, Lease: lease(time.Second), Read: true, Service: s, Export: se,
-		Slices:    []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}}}},
+		Slices:    memberSlices("10.1.0.1"),
 		HubSlices: []*discoveryv1.EndpointSlice{hubSlice(name, s, se, 1)}}
+}
+
+// memberSlices returns the projection of a member IPv4 slice holding addrs,
+// as the explain command reads it.
+func memberSlices(addrs ...string) []*endpoints.MemberSlice {
+	sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+	for _, a := range addrs {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}})
+	}
+	return []*endpoints.MemberSlice{endpoints.ProjectSlice(sl)}
 }
 
 func TestBuildVerdicts(t *testing.T) {
@@ -163,8 +173,7 @@ func TestBuildVerdicts(t *testing.T) {
 		{"refused endpoints", func(in *Input) {
 			in.Policy.Addresses.HubServiceRanges = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
 			m := healthy("east", 80, time.Hour)
-			m.Slices[0].Endpoints = append(m.Slices[0].Endpoints,
-				discoveryv1.Endpoint{Addresses: []string{"10.96.0.1"}}, discoveryv1.Endpoint{Addresses: []string{"169.254.169.254"}})
+			m.Slices = memberSlices("10.1.0.1", "10.96.0.1", "169.254.169.254")
 			in.Members = []Member{m}
 		}, "imported: 1 endpoint(s) in the hub, 1 ready; 2 refused: 1 special_address, 1 hub_service_range: 10.96.0.1 (inside the hub's Service range 10.96.0.0/12), 169.254.169.254 (link-local address)"},
 		{"refused by the registration's ranges", func(in *Input) {

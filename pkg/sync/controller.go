@@ -37,8 +37,9 @@ type Member interface {
 	// HasSynced reports whether the member's caches hold a full view.
 	HasSynced() bool
 	ServiceLister() corelisters.ServiceLister
-	// EndpointSlices returns the member's slices of one service; read-only.
-	EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error)
+	// EndpointSlices returns the projections of the member's slices of one
+	// service (see endpoints.ProjectSlice); read-only.
+	EndpointSlices(namespace, service string) ([]*endpoints.MemberSlice, error)
 	// ServiceExport returns the member's ServiceExport, or nil.
 	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
 	// ServiceExports lists the member's ServiceExports (none when they

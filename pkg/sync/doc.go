@@ -42,7 +42,10 @@
 //
 // Every sync of a key goes read → plan → apply → settle:
 //
-//   - read: the member's caches and the hub view of the key (reader.go),
+//   - read: the member's caches (its Service, ServiceExport and the
+//     projections of its EndpointSlices: endpoints.MemberSlice, the only
+//     form in which the daemon holds member slices) and the hub view of the
+//     key (reader.go),
 //     the hub caches overlaid with our unechoed writes (written.go, the
 //     write tracker, which only tracks: what it finds, owners to sync
 //     again and entries a sync may have read, it keeps as notices that

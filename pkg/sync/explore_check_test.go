@@ -49,7 +49,7 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 				continue
 			}
 			k := Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}
-			src, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: m.truthSlices(svc.Namespace, svc.Name)}, nil)
+			src, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: projectAll(m.truthSlices(svc.Namespace, svc.Name))}, nil)
 			e := endpoints.Export{Cluster: cluster, Service: svc, Created: se.CreationTimestamp,
 				ExportedLabels: se.Spec.ExportedLabels, ExportedAnnotations: se.Spec.ExportedAnnotations}
 			ws := &wantSource{slices: endpoints.PlanSlices(src, nil).Create, record: endpoints.ExportRecord(e)}

@@ -15,6 +15,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // simMember is a member cluster of the order explorer: its API server's
@@ -123,6 +125,10 @@ func (m *simMember) deliver(ev memberEvent, initial bool) {
 		return
 	}
 	obj := ev.obj.DeepCopyObject()
+	if ev.kind == kindSlice {
+		// The informers' transform: the cache holds projections.
+		obj = endpoints.ProjectSlice(obj.(*discoveryv1.EndpointSlice))
+	}
 	m.cache[ev.kind][ev.key] = obj
 	if ev.kind == kindService {
 		_ = m.svcIdx.Update(obj)
@@ -156,10 +162,10 @@ func (m *simMember) ServiceLister() corelisters.ServiceLister {
 	return corelisters.NewServiceLister(m.svcIdx)
 }
 
-func (m *simMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlice, error) {
-	var out []*discoveryv1.EndpointSlice
+func (m *simMember) EndpointSlices(ns, svc string) ([]*endpoints.MemberSlice, error) {
+	var out []*endpoints.MemberSlice
 	for _, key := range sortedKeys(m.cache[kindSlice]) {
-		s := m.cache[kindSlice][key].(*discoveryv1.EndpointSlice)
+		s := m.cache[kindSlice][key].(*endpoints.MemberSlice)
 		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
 			out = append(out, s)
 		}
@@ -224,6 +230,15 @@ func (m *simMember) truthSlices(ns, svc string) []*discoveryv1.EndpointSlice {
 		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// projectAll returns the projections of list.
+func projectAll(list []*discoveryv1.EndpointSlice) []*endpoints.MemberSlice {
+	out := make([]*endpoints.MemberSlice, len(list))
+	for i, s := range list {
+		out[i] = endpoints.ProjectSlice(s)
 	}
 	return out
 }

@@ -25,6 +25,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
@@ -77,11 +78,14 @@ func (m *fakeMember) state() lifecycle.State {
 func (m *fakeMember) ServiceLister() corelisters.ServiceLister {
 	return corelisters.NewServiceLister(m.services)
 }
-func (m *fakeMember) EndpointSlices(ns, svc string) ([]*discoveryv1.EndpointSlice, error) {
-	var out []*discoveryv1.EndpointSlice
+
+// EndpointSlices projects the member's slices, as the informers' transform
+// does for the daemon's caches.
+func (m *fakeMember) EndpointSlices(ns, svc string) ([]*endpoints.MemberSlice, error) {
+	var out []*endpoints.MemberSlice
 	for _, s := range m.slices {
 		if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == svc {
-			out = append(out, s)
+			out = append(out, endpoints.ProjectSlice(s))
 		}
 	}
 	return out, nil

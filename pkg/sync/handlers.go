@@ -51,7 +51,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 	sliceHandler := changeHandler(slice)
 	// A slice moved to another service (label change) must resync the old one.
 	sliceHandler.UpdateFunc = func(old, cur interface{}) {
-		o, n := old.(*discoveryv1.EndpointSlice), cur.(*discoveryv1.EndpointSlice)
+		o, n := old.(*endpoints.MemberSlice), cur.(*endpoints.MemberSlice)
 		if o.ResourceVersion == n.ResourceVersion {
 			return
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -149,24 +148,18 @@ func countEndpoints(src *endpoints.Source) int {
 	}
 	n := 0
 	for _, s := range src.Slices {
-		if s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6 {
-			n += len(s.Endpoints)
-		}
+		n += len(s.Endpoints) // none in other than IPv4 and IPv6 slices
 	}
 	return n
 }
 
 // newestChange is the newest member change of slices: their latest
 // last-change-trigger-time, for the propagation metric; zero for none.
-func newestChange(slices []*discoveryv1.EndpointSlice) time.Time {
+func newestChange(slices []*endpoints.MemberSlice) time.Time {
 	var newest time.Time
 	for _, s := range slices {
-		v, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]
-		if !ok {
-			continue
-		}
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(newest) {
-			newest = t
+		if s.LastChange.After(newest) {
+			newest = s.LastChange
 		}
 	}
 	return newest

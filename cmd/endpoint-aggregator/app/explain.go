@@ -445,7 +445,7 @@ func (o *explainOptions) readMember(ctx context.Context, kube kubernetes.Interfa
 		return
 	}
 	for i := range list.Items {
-		m.Slices = append(m.Slices, &list.Items[i])
+		m.Slices = append(m.Slices, endpoints.ProjectSlice(&list.Items[i]))
 	}
 	if se, err := mcs.MulticlusterV1beta1().ServiceExports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
 		m.Export = se

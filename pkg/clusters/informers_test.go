@@ -89,6 +89,7 @@ func TestMemberSliceCacheHoldsProjections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.shutdown()
+	c.identity.letIn() // no probe runs here to read the About API
 	if !c.start(10*time.Second, func() {}, func() {}) {
 		t.Fatal("informers did not sync")
 	}

@@ -301,7 +301,7 @@ IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 # The daemon as the Dockerfile builds it, plus an empty build ID and no VCS
 # stamp so the same sources give the same binary, hence the same digest.
 IMAGE_BINARY = bin/image/linux_$(IMAGE_GOARCH)/endpoint-aggregator
-IMAGE_LDFLAGS = -s -w -buildid= -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=$(IMAGE_TAG)
+IMAGE_LDFLAGS = -s -w -buildid= -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=$(IMAGE_TAG) -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Commit=$(IMAGE_REVISION)
 DOCKER ?= docker
 
 # What `helm version` reports and the Kubernetes version Helm assumes when it

@@ -14,6 +14,7 @@ ARG TARGETOS
 ARG TARGETARCH
 # What `endpoint-aggregator version` prints.
 ARG VERSION=dev
+ARG REVISION=
 WORKDIR /src
 # Dependencies first: this layer is reused until go.mod or go.sum change.
 COPY go.mod go.sum ./
@@ -25,7 +26,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath \
-      -ldflags "-s -w -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=${VERSION} -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Commit=${REVISION}" \
       -o /out/endpoint-aggregator ./cmd/endpoint-aggregator
 
 FROM gcr.io/distroless/static:nonroot

@@ -318,7 +318,7 @@ IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 # The daemon as the Dockerfile builds it, plus an empty build ID and no VCS
 # stamp so the same sources give the same binary, hence the same digest.
 IMAGE_BINARY = bin/image/linux_$(IMAGE_GOARCH)/endpoint-aggregator
-IMAGE_LDFLAGS = -s -w -buildid= -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=$(IMAGE_TAG)
+IMAGE_LDFLAGS = -s -w -buildid= -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Version=$(IMAGE_TAG) -X github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app.Commit=$(IMAGE_REVISION)
 DOCKER ?= docker
 
 # What `helm version` reports and the Kubernetes version Helm assumes when it
@@ -380,3 +380,25 @@ image: ## Build the image IMAGE_REPO:IMAGE_TAG without Docker into bin/image.tar
 .PHONY: image-docker
 image-docker: ## Build the same image IMAGE_REPO:IMAGE_TAG from the Dockerfile with docker build (needs a Docker engine with BuildKit)
 	$(DOCKER) build --build-arg VERSION=$(IMAGE_TAG) --build-arg REVISION=$(IMAGE_REVISION) -t $(IMAGE) .
+
+##@ Release
+
+# `make release VERSION=vX.Y.Z` writes RELEASE_DIR: the image for
+# linux/amd64 and linux/arm64 as an OCI image index (an OCI layout in
+# image/ and the same as an OCI archive), the CLI for linux and darwin,
+# amd64 and arm64 (.tar.gz), a CycloneDX SBOM of each, the chart packaged
+# as version X.Y.Z with appVersion vX.Y.Z, and SHA256SUMS. The same commit
+# gives the same files (SOURCE_DATE_EPOCH sets their times). With REGISTRY
+# (a registry host and optional path) it pushes the image to
+# REGISTRY/endpoint-aggregator:vX.Y.Z, which the packaged chart then
+# defaults to, and the chart to oci://REGISTRY/charts.
+VERSION ?=
+REGISTRY ?=
+RELEASE_DIR := bin/release
+
+.PHONY: release
+release: $(HELM) ## Build release VERSION=vX.Y.Z into bin/release (multi-arch image, CLI archives, SBOMs, chart, SHA256SUMS); pushes with REGISTRY set
+	@if [ -z "$(VERSION)" ]; then echo "release: set VERSION=vX.Y.Z"; exit 1; fi
+	env -u GOOS -u GOARCH $(GO) run -C hack/image . release -version $(VERSION) \
+		$(if $(IMAGE_REVISION),-revision $(IMAGE_REVISION)) -source $(CURDIR) -o $(CURDIR)/$(RELEASE_DIR) \
+		-go $(GO) -helm $(HELM) $(if $(REGISTRY),-registry $(REGISTRY))

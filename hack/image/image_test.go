@@ -86,6 +86,9 @@ func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
 	if binaryPath != "" {
 		_ = os.RemoveAll(filepath.Dir(binaryPath))
 	}

@@ -4,6 +4,10 @@
 // writes a docker-compatible tarball (`docker load`, `ctr images import`) and,
 // with -push, pushes the image to the tag's registry.
 //
+// `image release` (make release) builds a release: the multi-arch image
+// index, the CLI archives, their SBOMs, the packaged chart and SHA256SUMS
+// (release.go).
+//
 // It is a module of its own (hack/image/go.mod) so go-containerregistry never
 // enters the daemon's dependency graph.
 package main
@@ -37,6 +41,9 @@ func main() {
 func run(args []string) error {
 	if len(args) > 0 && args[0] == "test-image" {
 		return runTestImage(args[1:])
+	}
+	if len(args) > 0 && args[0] == "release" {
+		return runRelease(args[1:])
 	}
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	binary := fs.String("binary", "", "the static linux daemon binary (required)")

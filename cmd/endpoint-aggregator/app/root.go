@@ -3,14 +3,19 @@ package app
 import (
 	goflag "flag"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )
 
-// Version is set at build time with -ldflags "-X .../app.Version=v1.2.3".
-var Version = ""
+// Version and Commit are set at build time with
+// -ldflags "-X .../app.Version=v1.2.3 -X .../app.Commit=<git commit>".
+var (
+	Version = ""
+	Commit  = ""
+)
 
 // NewCommand returns the endpoint-aggregator root command.
 func NewCommand() *cobra.Command {
@@ -37,12 +42,29 @@ func NewCommand() *cobra.Command {
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version, the git commit and the Go version it was built from",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), version())
+			fmt.Fprintf(cmd.OutOrStdout(), "version: %s\ncommit: %s\ngo: %s %s/%s\n",
+				version(), commit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		},
 	}
+}
+
+// commit is Commit, else the revision the go command stamped (a build with
+// VCS stamping from a git checkout), else "unknown".
+func commit() string {
+	if Commit != "" {
+		return Commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
 }
 
 func version() string {

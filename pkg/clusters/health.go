@@ -262,10 +262,12 @@ func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) 
 	return p, errors.Join(errs...)
 }
 
-// policyAnnotations are the annotations ParsePolicyOverride reads, for
-// the registration's hash.
-func policyAnnotations(annotations map[string]string) []string {
-	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs]}
+// settingAnnotations are the annotations ParsePolicyOverride and
+// ParseMemberCompression read, for the registration's hash: a change
+// rebuilds the connection.
+func settingAnnotations(annotations map[string]string) []string {
+	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs],
+		annotations[AnnotationMemberCompression]}
 }
 
 // reportUnhealthy records what the cluster manager says of the member's

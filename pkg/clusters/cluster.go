@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,8 +56,11 @@ type Cluster struct {
 	informers atomic.Pointer[informerSet] // the set the listers read
 	reconnect chan struct{}               // asks runInformers for a fresh set
 
-	stopOnce sync.Once
-	stop     chan struct{}
+	// ctx ends when the Cluster stops, and with it every informer set
+	// built on it; stop is its Done channel.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stop     <-chan struct{}
 	synced   atomic.Bool
 	timedOut atomic.Bool
 	started  time.Time
@@ -85,11 +87,13 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		clients:   clients,
 		handlers:  handlers,
 		reconnect: make(chan struct{}, 1),
-		stop:      make(chan struct{}),
 		probeNow:  make(chan struct{}, 1),
 	}
-	s, err := newInformerSet(name, clients, handlers, c.watchFailed)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.stop = c.ctx.Done()
+	s, err := newInformerSet(c.ctx, name, clients, handlers, c.watchFailed)
 	if err != nil {
+		c.cancel()
 		return nil, err
 	}
 	c.informers.Store(s)
@@ -136,7 +140,7 @@ func (c *Cluster) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
 // EndpointSlices returns the member's EndpointSlices of service namespace/name.
 // The objects are shared with the cache: callers must not modify them.
 func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.EndpointSlice, error) {
-	objs, err := c.informers.Load().slices.GetIndexer().ByIndex(sliceServiceIndex, namespace+"/"+service)
+	objs, err := c.informers.Load().sliceIndex.ByIndex(sliceServiceIndex, namespace+"/"+service)
 	if err != nil {
 		return nil, err
 	}
@@ -170,9 +174,7 @@ func (c *Cluster) start(timeout time.Duration, onSynced, onReconnected func()) b
 
 // shutdown stops the member's informers and probe. It is safe to call more
 // than once.
-func (c *Cluster) shutdown() {
-	c.stopOnce.Do(func() { close(c.stop) })
-}
+func (c *Cluster) shutdown() { c.cancel() }
 
 // sliceService is the index function of sliceServiceIndex.
 func sliceService(obj interface{}) ([]string, error) {

@@ -11,7 +11,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -178,11 +177,10 @@ type watchFailure struct {
 	at time.Time // of this failure; Since is when the class began
 }
 
-// watchFailed records a failed list or watch, logs it as client-go does,
-// with the member's name, and calls onWatchFailure when its class differs
-// from the failure recorded before.
-func (c *Cluster) watchFailed(ctx context.Context, r *cache.Reflector, err error) {
-	cache.DefaultWatchErrorHandler(ctx, r, err)
+// watchFailed records a failed list or watch of the member's informers
+// (client-go's reflector logs it, with the member's name), and calls
+// onWatchFailure when its class differs from the failure recorded before.
+func (c *Cluster) watchFailed(err error) {
 	if watchClosed(err) {
 		return
 	}

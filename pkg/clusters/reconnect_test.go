@@ -125,7 +125,7 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 				t.Error("the member synced on its first informers, which were backing off; want a fresh set")
 			}
 			select {
-			case <-first.stop:
+			case <-first.ctx.Done():
 			default:
 				t.Error("the first informer set was not stopped")
 			}
@@ -195,7 +195,7 @@ func TestClusterAnsweringAgainAfterAnOutageSwapsInFreshInformers(t *testing.T) {
 		t.Error("the member was synced again before its fresh informers replaced the old")
 	}
 	select {
-	case <-old.stop:
+	case <-old.ctx.Done():
 	default:
 		t.Error("the old informer set was not stopped after the swap")
 	}

@@ -54,7 +54,11 @@ type Cluster struct {
 	handlers EventHandlers
 
 	informers atomic.Pointer[informerSet] // the set the listers read
-	reconnect chan struct{}               // asks runInformers for a fresh set
+	reconnect chan struct{}               // asks for a fresh set
+	// informerLoop is set while a goroutine serves reconnect requests
+	// (see askReconnect); onReconnected is called after each swap.
+	informerLoop  atomic.Bool
+	onReconnected func()
 
 	// ctx ends when the Cluster stops, and with it every informer set
 	// built on it; stop is its Done channel.
@@ -91,6 +95,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.stop = c.ctx.Done()
+	c.informerLoop.Store(true) // runInformers serves reconnect requests until the first sync
 	s, err := newInformerSet(c.ctx, name, clients, handlers, c.watchFailed)
 	if err != nil {
 		c.cancel()
@@ -159,7 +164,8 @@ func (c *Cluster) EndpointSlices(namespace, service string) ([]*discoveryv1.Endp
 // each time a fresh informer set replaced a synced one (see runInformers).
 func (c *Cluster) start(timeout time.Duration, onSynced, onReconnected func()) bool {
 	firstSync := make(chan struct{})
-	go c.runInformers(firstSync, onSynced, onReconnected)
+	c.onReconnected = onReconnected
+	go c.runInformers(firstSync, onSynced)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {

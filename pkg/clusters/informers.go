@@ -196,11 +196,14 @@ func (s *informerSet) shutdown() { s.cancel() }
 // that nothing outside an informer can reset: a member unreachable for a
 // while stayed stale for up to a minute after it answered again. So when the
 // health probe sees the member answer after it failed (probeLoop calls
-// askReconnect), runInformers replaces the informers with a fresh set on the
-// same clients, which lists at once:
+// askReconnect), the informers are replaced with a fresh set on the same
+// clients, which lists at once:
 //
 //   - before the first sync nothing reads the informers (HasSynced is false),
-//     so the old set is stopped and the fresh one started in its place;
+//     so the old set is stopped and the fresh one started in its place; but
+//     only if a list or watch of the old set failed: one that is still
+//     listing (a probe that timed out under the load of a cold start, say)
+//     has no backoff to skip, and replacing it would only list again;
 //   - after it, make-before-break as for a rotated kubeconfig: the old set
 //     keeps serving the last-known state while the fresh one lists; once
 //     that has synced it becomes the set the listers read, the old one is
@@ -211,27 +214,38 @@ func (s *informerSet) shutdown() { s.cancel() }
 // The price is one relist of the member per outage the probe saw, as a
 // reflector whose resourceVersion expired would do anyway. The sync timeout
 // and the health state belong to the Cluster and are not reset.
+//
+// One goroutine serves the requests at a time (informerLoop): runInformers
+// until the first sync, then one that askReconnect starts when a request
+// comes and that ends when none is left. A synced member that answers its
+// probes has none.
 
-// askReconnect asks runInformers for a fresh informer set.
+// askReconnect asks for a fresh informer set.
 func (c *Cluster) askReconnect() {
 	select {
 	case c.reconnect <- struct{}{}:
 	default:
 	}
+	if c.informerLoop.CompareAndSwap(false, true) {
+		go c.reconnectLoop()
+	}
 }
 
-// runInformers runs the member's informers until the Cluster stops, closing
-// firstSync and calling onSynced when they first sync, and replacing them
-// when asked to reconnect, as described above.
-func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnected func()) {
+// runInformers runs the member's informers until they first sync, closing
+// firstSync and calling onSynced then, and replacing them before that when
+// asked to reconnect, as described above. The sets stop with the Cluster.
+func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced func()) {
 	cur := c.informers.Load()
-	defer func() { cur.shutdown() }()
 	cur.run()
 	for synced := false; !synced; {
 		switch c.waitSynced(cur) {
 		case clusterStopped:
 			return
 		case reconnectAsked:
+			if !cur.failed.Load() {
+				klog.V(2).InfoS("Member answers again; its informers, still listing, are kept", "cluster", c.name)
+				continue
+			}
 			if next := c.freshInformers(); next != nil {
 				cur.shutdown()
 				cur = next
@@ -250,33 +264,55 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 	}
 	close(firstSync)
 	onSynced()
+	if c.loopDone() {
+		c.reconnectLoop()
+	}
+}
 
+// loopDone ends the turn of the goroutine serving reconnect requests, and
+// reports whether it must go on: a request came that no other goroutine
+// was started for.
+func (c *Cluster) loopDone() bool {
+	c.informerLoop.Store(false)
+	return len(c.reconnect) > 0 && c.informerLoop.CompareAndSwap(false, true)
+}
+
+// reconnectLoop serves reconnect requests of a synced member, make-before-
+// break, until none is left or the Cluster stops.
+func (c *Cluster) reconnectLoop() {
 	for {
 		select {
-		case <-c.stop:
-			return
-		case <-c.reconnect:
+		case <-c.reconnect: // served now
+		default:
 		}
-		next := c.freshInformers()
-		for next != nil {
-			next.run()
-			switch c.waitSynced(next) {
-			case clusterStopped:
-				next.shutdown()
-				return
-			case reconnectAsked: // it went away and came back meanwhile
-				next.shutdown()
-				next = c.freshInformers()
-			case setSynced:
-				c.watchErr.Store(nil)
-				c.informers.Store(next)
-				cur.shutdown()
-				cur, next = next, nil
-				klog.InfoS("Member informers reconnected", "cluster", c.name)
-				onReconnected()
-			}
+		if !c.swapInformers() || !c.loopDone() {
+			return
 		}
 	}
+}
+
+// swapInformers replaces the synced member's informers with a fresh set
+// once that has synced; false when the Cluster stopped meanwhile.
+func (c *Cluster) swapInformers() bool {
+	next := c.freshInformers()
+	for next != nil {
+		next.run()
+		switch c.waitSynced(next) {
+		case clusterStopped:
+			return false
+		case reconnectAsked: // it went away and came back meanwhile
+			next.shutdown()
+			next = c.freshInformers()
+		case setSynced:
+			c.watchErr.Store(nil)
+			old := c.informers.Swap(next)
+			old.shutdown()
+			klog.InfoS("Member informers reconnected", "cluster", c.name)
+			c.onReconnected()
+			return true
+		}
+	}
+	return true
 }
 
 // freshInformers builds a new informer set, or returns nil (and logs) if

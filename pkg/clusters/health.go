@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
@@ -69,7 +70,21 @@ func newFailure(err error, since time.Time) *Failure {
 // While unreachable, failures of another class than the last reported
 // (refused, then timing out), probeFailureThreshold in a row, are reported
 // too, with onChange(false).
+//
+// The first probe waits a random part of the interval (or a probeNow):
+// members registered together, as every member is when the daemon starts,
+// are then probed spread over the interval instead of all at once, at
+// start and every interval after.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
+	first := time.NewTimer(rand.N(interval))
+	select {
+	case <-c.stop:
+		first.Stop()
+		return
+	case <-first.C:
+	case <-c.probeNow:
+		first.Stop()
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	known := false   // a result was recorded

@@ -29,7 +29,7 @@ import (
 // never blocks, so the controller's process loop calls it directly. A
 // shared informer would add, per handler, a listener with a 1024-slot ring
 // buffer and two goroutines, and a processor goroutine: about 18 KB and
-// four goroutines per member watch, for nothing.
+// three goroutines per member watch, for nothing.
 type informerSet struct {
 	services     cache.Controller
 	slices       cache.Controller

@@ -80,7 +80,7 @@ func main() {
 	flag.StringVar(&c.binary, "binary", "bin/endpoint-aggregator", "the endpoint-aggregator binary to benchmark (`make bench` builds it)")
 	flag.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&c.doc, "doc", "", "replace the generated section of this Markdown file (docs/performance.md) with this run's report")
-	flag.StringVar(&c.profileDir, "profile-dir", "", "collect CPU and heap profiles of the daemon into this directory (needs a binary that serves /debug/pprof with --profiling)")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "collect CPU, heap and goroutine profiles of the daemon into this directory (needs a binary that serves /debug/pprof with --profiling)")
 	flag.IntVar(&c.replicas, "replicas", 0, "after the single daemon, also run this many daemon processes sharing the members (--shard-members) on the emptied hub: their cold start, each one's RSS, a graceful handover and a SIGKILL (0: skip)")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.BoolVar(&c.keepLogs, "keep-logs", false, "keep the daemon's logs (printed path) instead of removing them")

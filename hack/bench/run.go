@@ -461,6 +461,9 @@ func runDaemon(ctx context.Context, c *config, r *results, f *fleet, hub *testen
 		if err := d.profile(ctx, "heap?gc=1", c.profileDir, "heap-steady.pprof"); err != nil {
 			logf("profiling: %v", err)
 		}
+		if err := d.profile(ctx, "goroutine", c.profileDir, "goroutine-steady.pprof"); err != nil {
+			logf("profiling: %v", err)
+		}
 	}
 
 	// Restart against the converged hub.

@@ -21,13 +21,13 @@ import (
 // hub, and while the mismatch lasts (ClassIdentityMismatch). A member
 // without the properties, or without the API, is taken by its registration.
 //
-// The properties are read by the health probe: at its first success, then
-// every identityRecheck, and on every probe while they mismatch. A member's
-// informers start after the first probe that is not a mismatch, so a member
-// found mismatching at once never has its objects read. One unreachable at
-// its first probe starts them as before (their lists fail and back off); if
-// it comes back calling itself another cluster, its probes fail from then
-// on and the unreachable policy applies to what it had published.
+// The properties are read before a member's informers start, then by the
+// health probe every identityRecheck, and on every probe while they
+// mismatch. A member found mismatching at once never has its objects read:
+// its informers wait for a probe that lets it in. One that cannot be read
+// then (unreachable, or no RBAC for the properties) starts them as before;
+// if it later calls itself another cluster, its probes fail from then on
+// and the unreachable policy applies to what it had published.
 const (
 	// PropertyClusterID names the ClusterProperty that holds a cluster's id.
 	PropertyClusterID = "cluster.clusterset.k8s.io"
@@ -193,6 +193,37 @@ func (c *Cluster) checkIdentity(ctx context.Context, clusterSet string) error {
 		ic.letIn()
 	}
 	return ic.err
+}
+
+// identityTimeout bounds the identity check before a member's informers
+// start.
+const identityTimeout = 5 * time.Second
+
+// admitByIdentity checks the member's identity before its informers start,
+// and reports whether they may: at once unless the member contradicts its
+// registration, else once a probe finds it corrected; false when the
+// Cluster stops first.
+func (c *Cluster) admitByIdentity() bool {
+	clusterSet := ""
+	if c.clusterSet != nil {
+		clusterSet = c.clusterSet()
+	}
+	parent := c.ctx
+	if parent == nil { // a Cluster built by hand in a unit test
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, identityTimeout)
+	err := c.checkIdentity(ctx, clusterSet)
+	cancel()
+	if err == nil {
+		return true
+	}
+	select {
+	case <-c.identity.admitted():
+		return true
+	case <-c.stop:
+		return false
+	}
 }
 
 // Identity returns what the member said of itself at the last check.

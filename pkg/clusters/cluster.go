@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,10 +54,17 @@ type Cluster struct {
 	handlers EventHandlers
 
 	informers atomic.Pointer[informerSet] // the set the listers read
-	reconnect chan struct{}               // asks runInformers for a fresh set
+	reconnect chan struct{}               // asks for a fresh set
+	// informerLoop is set while a goroutine serves reconnect requests
+	// (see askReconnect); onReconnected is called after each swap.
+	informerLoop  atomic.Bool
+	onReconnected func()
 
-	stopOnce sync.Once
-	stop     chan struct{}
+	// ctx ends when the Cluster stops, and with it every informer set
+	// built on it; stop is its Done channel.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stop     <-chan struct{}
 	synced   atomic.Bool
 	timedOut atomic.Bool
 	started  time.Time
@@ -90,12 +96,15 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 		clients:   clients,
 		handlers:  handlers,
 		reconnect: make(chan struct{}, 1),
-		stop:      make(chan struct{}),
 		probeNow:  make(chan struct{}, 1),
 		identity:  newIdentityCheck(),
 	}
-	s, err := newInformerSet(name, clients, handlers, c.watchFailed)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.stop = c.ctx.Done()
+	c.informerLoop.Store(true) // runInformers serves reconnect requests until the first sync
+	s, err := newInformerSet(c.ctx, name, clients, handlers, c.watchFailed)
 	if err != nil {
+		c.cancel()
 		return nil, err
 	}
 	c.informers.Store(s)
@@ -143,7 +152,7 @@ func (c *Cluster) ServiceExports() ([]*mcsv1beta1.ServiceExport, error) {
 // service namespace/name, as the cache holds them (see stripMemberObject).
 // They are shared with the cache: callers must not modify them.
 func (c *Cluster) EndpointSlices(namespace, service string) ([]*endpoints.MemberSlice, error) {
-	objs, err := c.informers.Load().slices.GetIndexer().ByIndex(sliceServiceIndex, namespace+"/"+service)
+	objs, err := c.informers.Load().sliceIndex.ByIndex(sliceServiceIndex, namespace+"/"+service)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +171,8 @@ func (c *Cluster) EndpointSlices(namespace, service string) ([]*endpoints.Member
 // each time a fresh informer set replaced a synced one (see runInformers).
 func (c *Cluster) start(timeout time.Duration, onSynced, onReconnected func()) bool {
 	firstSync := make(chan struct{})
-	go c.runInformers(firstSync, onSynced, onReconnected)
+	c.onReconnected = onReconnected
+	go c.runInformers(firstSync, onSynced)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
@@ -177,9 +187,7 @@ func (c *Cluster) start(timeout time.Duration, onSynced, onReconnected func()) b
 
 // shutdown stops the member's informers and probe. It is safe to call more
 // than once.
-func (c *Cluster) shutdown() {
-	c.stopOnce.Do(func() { close(c.stop) })
-}
+func (c *Cluster) shutdown() { c.cancel() }
 
 // sliceService is the index function of sliceServiceIndex.
 func sliceService(obj interface{}) ([]string, error) {

@@ -203,7 +203,7 @@ func offeredNames(cp *cpv1alpha1.ClusterProfile) []string {
 }
 
 // profileHash identifies what a ClusterProfile's connection is built from:
-// the chosen provider and its cluster, and the policy annotations. Status
+// the chosen provider and its cluster, and the setting annotations. Status
 // conditions and properties are not part of it, so a condition change never
 // rebuilds the connection.
 func (a *AccessProviders) profileHash(cp *cpv1alpha1.ClusterProfile) string {
@@ -211,7 +211,7 @@ func (a *AccessProviders) profileHash(cp *cpv1alpha1.ClusterProfile) string {
 	if p, ap := a.choose(cp); p != nil {
 		chosen, _ = json.Marshal(ap)
 	}
-	return hashOf(cp.Name, chosen, policyAnnotations(cp.Annotations)...)
+	return hashOf(cp.Name, chosen, settingAnnotations(cp.Annotations)...)
 }
 
 // ControlPlaneUnhealthy returns why the cluster manager reports the

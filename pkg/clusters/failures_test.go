@@ -14,14 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 )
 
 // failingMember is a fake member whose probe (get version) and Service list
@@ -168,17 +166,16 @@ func TestWatchEndingNormallyIsNoFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := cache.NewReflector(&cache.ListWatch{}, &corev1.Service{}, cache.NewStore(cache.MetaNamespaceKeyFunc), 0)
 	var told []Failure
 	c.onWatchFailure = func(f Failure) { told = append(told, f) }
 	//nolint:staticcheck // NewGone: a plain 410, as older servers send it
 	for _, err := range []error{apierrors.NewResourceExpired("too old resource version"), apierrors.NewGone("gone"), io.EOF, io.ErrUnexpectedEOF} {
-		c.watchFailed(context.Background(), r, err)
+		c.watchFailed(err)
 	}
 	if f := c.Failure(); f != nil || len(told) != 0 {
 		t.Errorf("failure %+v, told %+v; want none", f, told)
 	}
-	c.watchFailed(context.Background(), r, apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New("no RBAC")))
+	c.watchFailed(apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New("no RBAC")))
 	if f := c.Failure(); f == nil || f.Class != ClassForbidden || len(told) != 1 {
 		t.Errorf("failure %+v, told %+v; want Forbidden, once", f, told)
 	}

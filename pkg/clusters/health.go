@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -70,7 +70,21 @@ func newFailure(err error, since time.Time) *Failure {
 // While unreachable, failures of another cause than the last reported
 // (refused, then timing out; see newCause), probeFailureThreshold in a
 // row, are reported too, with onChange(false).
+//
+// The first probe waits a random part of the interval (or a probeNow):
+// members registered together, as every member is when the daemon starts,
+// are then probed spread over the interval instead of all at once, at
+// start and every interval after.
 func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healthy bool)) {
+	first := time.NewTimer(rand.N(interval))
+	select {
+	case <-c.stop:
+		first.Stop()
+		return
+	case <-first.C:
+	case <-c.probeNow:
+		first.Stop()
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	known := false   // a result was recorded
@@ -195,11 +209,10 @@ type watchFailure struct {
 	at time.Time // of this failure; Since is when the class began
 }
 
-// watchFailed records a failed list or watch, logs it as client-go does,
-// with the member's name, and calls onWatchFailure when its class differs
-// from the failure recorded before.
-func (c *Cluster) watchFailed(ctx context.Context, r *cache.Reflector, err error) {
-	cache.DefaultWatchErrorHandler(ctx, r, err)
+// watchFailed records a failed list or watch of the member's informers
+// (client-go's reflector logs it, with the member's name), and calls
+// onWatchFailure when its class differs from the failure recorded before.
+func (c *Cluster) watchFailed(err error) {
 	if watchClosed(err) {
 		return
 	}
@@ -279,10 +292,12 @@ func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) 
 	return p, errors.Join(errs...)
 }
 
-// policyAnnotations are the annotations ParsePolicyOverride reads, for
-// the registration's hash.
-func policyAnnotations(annotations map[string]string) []string {
-	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs]}
+// settingAnnotations are the annotations ParsePolicyOverride and
+// ParseMemberCompression read, for the registration's hash: a change
+// rebuilds the connection.
+func settingAnnotations(annotations map[string]string) []string {
+	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs],
+		annotations[AnnotationMemberCompression]}
 }
 
 // reportUnhealthy records what the cluster manager says of the member's

@@ -3,76 +3,178 @@ package clusters
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 	"k8s.io/klog/v2"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 )
 
 // informerSet is one generation of a member's informers and their listers,
 // built on the Cluster's clients with its event handlers.
+//
+// They are plain informers (cache.NewInformerWithOptions), not shared ones:
+// each has exactly one handler, which only maps objects to queue keys and
+// never blocks, so the controller's process loop calls it directly. A
+// shared informer would add, per handler, a listener with a 1024-slot ring
+// buffer and two goroutines, and a processor goroutine: about 18 KB and
+// three goroutines per member watch, for nothing.
 type informerSet struct {
-	services     cache.SharedIndexInformer
-	slices       cache.SharedIndexInformer
-	exports      cache.SharedIndexInformer // nil unless watched
+	services     cache.Controller
+	slices       cache.Controller
+	exports      cache.Controller // nil unless watched
 	serviceList  corelisters.ServiceLister
+	sliceIndex   cache.Indexer
 	exportLister mcslisters.ServiceExportLister
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	// ctx ends with stop; its logger names the member, so that what the
-	// informers log (a failed watch, say) says which member it is about.
-	ctx context.Context
+	// ctx ends with cancel, or with the Cluster's; its logger names the
+	// member, so that what the informers log (a failed watch, say) says
+	// which member it is about.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// onError, when not nil, is told of the failed lists and watches a
+	// reflector reports to its watch error handler (see memberListWatch).
+	onError func(error)
+	// failed is set once a list or watch of this set failed, for any
+	// reason but a watch's normal end.
+	failed atomic.Bool
 }
 
 // memberLogger is the logger member informers log through, with the
 // member's name added; a variable for tests.
 var memberLogger = klog.Background
 
-// onError, when not nil, handles the informers' failed lists and watches
-// (and logs them: see cache.DefaultWatchErrorHandler).
-func newInformerSet(cluster string, clients Clients, handlers EventHandlers, onError cache.WatchErrorHandlerWithContext) (*informerSet, error) {
-	s := &informerSet{stop: make(chan struct{})}
-	s.ctx = klog.NewContext(wait.ContextForChannel(s.stop), klog.LoggerWithValues(memberLogger(), "cluster", cluster))
+// newInformerSet builds a member's informers; they stop when parent ends
+// or the set is shut down. onError, when not nil, is told of their failed
+// lists and watches (which client-go's reflector logs, with the member's
+// name).
+func newInformerSet(parent context.Context, cluster string, clients Clients, handlers EventHandlers, onError func(error)) (*informerSet, error) {
+	s := &informerSet{onError: onError}
+	logger := klog.LoggerWithValues(memberLogger(), "cluster", cluster)
+	s.ctx, s.cancel = context.WithCancel(klog.NewContext(parent, logger))
 	// No resync: the controller is level-triggered from events alone.
-	kf := informers.NewSharedInformerFactoryWithOptions(clients.Kube, 0, informers.WithTransform(stripMemberObject))
-	s.services = kf.Core().V1().Services().Informer()
-	s.serviceList = kf.Core().V1().Services().Lister()
-	s.slices = kf.Discovery().V1().EndpointSlices().Informer()
-	if err := s.slices.AddIndexers(cache.Indexers{sliceServiceIndex: sliceService}); err != nil {
-		return nil, err
-	}
+	core, discovery := clients.Kube.CoreV1(), clients.Kube.DiscoveryV1()
+	services := s.informer(&logger, "Services", clients.Kube, &corev1.Service{}, handlers.Services,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return core.Services(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return core.Services(metav1.NamespaceAll).Watch(ctx, o)
+		})
+	s.services, s.serviceList = services.ctl, corelisters.NewServiceLister(services.index)
+	slices := s.informer(&logger, "EndpointSlices", clients.Kube, &discoveryv1.EndpointSlice{}, handlers.EndpointSlices,
+		cache.Indexers{sliceServiceIndex: sliceService},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return discovery.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return discovery.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+		})
+	s.slices, s.sliceIndex = slices.ctl, slices.index
 	if clients.MCS != nil {
-		mf := mcsinformers.NewSharedInformerFactoryWithOptions(clients.MCS, 0, mcsinformers.WithTransform(stripMemberObject))
-		s.exports = mf.Multicluster().V1beta1().ServiceExports().Informer()
-		s.exportLister = mf.Multicluster().V1beta1().ServiceExports().Lister()
-	}
-	for _, inf := range []cache.SharedIndexInformer{s.services, s.slices, s.exports} {
-		if inf == nil || onError == nil {
-			continue
-		}
-		if err := inf.SetWatchErrorHandlerWithContext(onError); err != nil {
-			return nil, fmt.Errorf("setting watch error handler: %w", err)
-		}
-	}
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{{s.services, handlers.Services}, {s.slices, handlers.EndpointSlices}, {s.exports, handlers.ServiceExports}} {
-		if h.inf == nil || h.h == nil {
-			continue
-		}
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return nil, fmt.Errorf("adding event handler: %w", err)
-		}
+		mcs := clients.MCS.MulticlusterV1beta1()
+		exports := s.informer(&logger, "ServiceExports", clients.MCS, &mcsv1beta1.ServiceExport{}, handlers.ServiceExports,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return mcs.ServiceExports(metav1.NamespaceAll).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return mcs.ServiceExports(metav1.NamespaceAll).Watch(ctx, o)
+			})
+		s.exports, s.exportLister = exports.ctl, mcslisters.NewServiceExportLister(exports.index)
 	}
 	return s, nil
+}
+
+// informer is one plain informer of the set and its indexer.
+type informer struct {
+	ctl   cache.Controller
+	index cache.Indexer
+}
+
+// informer builds one informer of the set on list and watch; client tells
+// whether the reflector may stream its initial list (see
+// watchlist.DoesClientNotSupportWatchListSemantics).
+func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj runtime.Object, h cache.ResourceEventHandler, indexers cache.Indexers,
+	list cache.ListWithContextFunc, watchFunc cache.WatchFuncWithContext) informer {
+	if h == nil {
+		h = cache.ResourceEventHandlerFuncs{}
+	}
+	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
+		Logger: logger,
+		ListerWatcher: &memberListWatch{
+			ListWatch:   &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFunc},
+			what:        what,
+			noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(client),
+			set:         s,
+		},
+		ObjectType: obj,
+		Handler:    h,
+		Indexers:   indexers,
+		Transform:  stripMemberObject,
+	})
+	return informer{ctl: ctl, index: store.(cache.Indexer)}
+}
+
+// memberListWatch lists and watches for one member informer, and tells its
+// set of failures. A plain informer takes no watch error handler, so this
+// is where the set learns what a shared informer's reflector passed to
+// one: a failed list, or a watch that failed to start, except when the
+// reflector retries by itself (connection refused, 429 Too Many Requests)
+// or lists instead (a streaming list request). Any failure but a watch's
+// normal end marks the set failed.
+type memberListWatch struct {
+	*cache.ListWatch
+	what        string
+	noWatchList bool
+	set         *informerSet
+}
+
+// IsWatchListSemanticsUnSupported keeps the reflector from streaming its
+// initial list from a client that cannot (the fake clientsets of tests).
+func (lw *memberListWatch) IsWatchListSemanticsUnSupported() bool { return lw.noWatchList }
+
+func (lw *memberListWatch) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	obj, err := lw.ListWatch.ListWithContext(ctx, o)
+	if err != nil {
+		lw.set.failure(ctx, fmt.Errorf("listing %s: %w", lw.what, err), true)
+	}
+	return obj, err
+}
+
+func (lw *memberListWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	w, err := lw.ListWatch.WatchWithContext(ctx, o)
+	if err != nil {
+		streaming := o.SendInitialEvents != nil && *o.SendInitialEvents
+		retried := utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err)
+		lw.set.failure(ctx, fmt.Errorf("watching %s: %w", lw.what, err), !streaming && !retried)
+	}
+	return w, err
+}
+
+// failure records a failed list or watch, and passes it on to onError
+// when report is set. Errors of a set being stopped, and a watch's normal
+// end, are no failure.
+func (s *informerSet) failure(ctx context.Context, err error, report bool) {
+	if ctx.Err() != nil || watchClosed(err) {
+		return
+	}
+	s.failed.Store(true)
+	if report && s.onError != nil {
+		s.onError(err)
+	}
 }
 
 func (s *informerSet) run() {
@@ -87,18 +189,21 @@ func (s *informerSet) hasSynced() bool {
 	return s.services.HasSynced() && s.slices.HasSynced() && (s.exports == nil || s.exports.HasSynced())
 }
 
-func (s *informerSet) shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
+func (s *informerSet) shutdown() { s.cancel() }
 
 // Reconnecting. client-go's reflectors retry a failed list or watch after an
 // exponential backoff that grows to 30 s, up to twice that with jitter, and
 // that nothing outside an informer can reset: a member unreachable for a
 // while stayed stale for up to a minute after it answered again. So when the
 // health probe sees the member answer after it failed (probeLoop calls
-// askReconnect), runInformers replaces the informers with a fresh set on the
-// same clients, which lists at once:
+// askReconnect), the informers are replaced with a fresh set on the same
+// clients, which lists at once:
 //
 //   - before the first sync nothing reads the informers (HasSynced is false),
-//     so the old set is stopped and the fresh one started in its place;
+//     so the old set is stopped and the fresh one started in its place; but
+//     only if a list or watch of the old set failed: one that is still
+//     listing (a probe that timed out under the load of a cold start, say)
+//     has no backoff to skip, and replacing it would only list again;
 //   - after it, make-before-break as for a rotated kubeconfig: the old set
 //     keeps serving the last-known state while the fresh one lists; once
 //     that has synced it becomes the set the listers read, the old one is
@@ -109,25 +214,30 @@ func (s *informerSet) shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
 // The price is one relist of the member per outage the probe saw, as a
 // reflector whose resourceVersion expired would do anyway. The sync timeout
 // and the health state belong to the Cluster and are not reset.
+//
+// One goroutine serves the requests at a time (informerLoop): runInformers
+// until the first sync, then one that askReconnect starts when a request
+// comes and that ends when none is left. A synced member that answers its
+// probes has none.
 
-// askReconnect asks runInformers for a fresh informer set.
+// askReconnect asks for a fresh informer set.
 func (c *Cluster) askReconnect() {
 	select {
 	case c.reconnect <- struct{}{}:
 	default:
 	}
+	if c.informerLoop.CompareAndSwap(false, true) {
+		go c.reconnectLoop()
+	}
 }
 
-// runInformers runs the member's informers until the Cluster stops, closing
-// firstSync and calling onSynced when they first sync, and replacing them
-// when asked to reconnect, as described above.
-func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnected func()) {
+// runInformers runs the member's informers until they first sync, closing
+// firstSync and calling onSynced then, and replacing them before that when
+// asked to reconnect, as described above. The sets stop with the Cluster.
+func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced func()) {
 	cur := c.informers.Load()
-	defer func() { cur.shutdown() }()
 	// Nothing of a member is read before the About API lets it in.
-	select {
-	case <-c.identity.admitted():
-	case <-c.stop:
+	if !c.admitByIdentity() {
 		return
 	}
 	cur.run()
@@ -136,6 +246,10 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 		case clusterStopped:
 			return
 		case reconnectAsked:
+			if !cur.failed.Load() {
+				klog.V(2).InfoS("Member answers again; its informers, still listing, are kept", "cluster", c.name)
+				continue
+			}
 			if next := c.freshInformers(); next != nil {
 				cur.shutdown()
 				cur = next
@@ -154,40 +268,62 @@ func (c *Cluster) runInformers(firstSync chan<- struct{}, onSynced, onReconnecte
 	}
 	close(firstSync)
 	onSynced()
+	if c.loopDone() {
+		c.reconnectLoop()
+	}
+}
 
+// loopDone ends the turn of the goroutine serving reconnect requests, and
+// reports whether it must go on: a request came that no other goroutine
+// was started for.
+func (c *Cluster) loopDone() bool {
+	c.informerLoop.Store(false)
+	return len(c.reconnect) > 0 && c.informerLoop.CompareAndSwap(false, true)
+}
+
+// reconnectLoop serves reconnect requests of a synced member, make-before-
+// break, until none is left or the Cluster stops.
+func (c *Cluster) reconnectLoop() {
 	for {
 		select {
-		case <-c.stop:
-			return
-		case <-c.reconnect:
+		case <-c.reconnect: // served now
+		default:
 		}
-		next := c.freshInformers()
-		for next != nil {
-			next.run()
-			switch c.waitSynced(next) {
-			case clusterStopped:
-				next.shutdown()
-				return
-			case reconnectAsked: // it went away and came back meanwhile
-				next.shutdown()
-				next = c.freshInformers()
-			case setSynced:
-				c.watchErr.Store(nil)
-				c.informers.Store(next)
-				cur.shutdown()
-				cur, next = next, nil
-				klog.InfoS("Member informers reconnected", "cluster", c.name)
-				onReconnected()
-			}
+		if !c.swapInformers() || !c.loopDone() {
+			return
 		}
 	}
+}
+
+// swapInformers replaces the synced member's informers with a fresh set
+// once that has synced; false when the Cluster stopped meanwhile.
+func (c *Cluster) swapInformers() bool {
+	next := c.freshInformers()
+	for next != nil {
+		next.run()
+		switch c.waitSynced(next) {
+		case clusterStopped:
+			return false
+		case reconnectAsked: // it went away and came back meanwhile
+			next.shutdown()
+			next = c.freshInformers()
+		case setSynced:
+			c.watchErr.Store(nil)
+			old := c.informers.Swap(next)
+			old.shutdown()
+			klog.InfoS("Member informers reconnected", "cluster", c.name)
+			c.onReconnected()
+			return true
+		}
+	}
+	return true
 }
 
 // freshInformers builds a new informer set, or returns nil (and logs) if
 // that fails; the current set then keeps retrying on its own.
 func (c *Cluster) freshInformers() *informerSet {
 	klog.InfoS("Restarting member informers: the member answers again", "cluster", c.name, "synced", c.synced.Load())
-	s, err := newInformerSet(c.name, c.clients, c.handlers, c.watchFailed)
+	s, err := newInformerSet(c.ctx, c.name, c.clients, c.handlers, c.watchFailed)
 	if err != nil {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil

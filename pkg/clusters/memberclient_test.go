@@ -42,7 +42,7 @@ func TestConfigureMemberCompression(t *testing.T) {
 	} {
 		r := &Registry{opts: Options{DisableCompression: tc.daemonDisables, QPS: 5, Burst: 10, UserAgent: "ua"}}
 		cfg := &rest.Config{DisableCompression: tc.kubeconfigDisables}
-		r.configure(cfg, "east")
+		r.configure(cfg, "east", nil)
 		if cfg.DisableCompression != tc.wantDisabled || cfg.QPS != 5 || cfg.Burst != 10 || cfg.UserAgent != "ua" {
 			t.Errorf("daemon disables %v, kubeconfig disables %v: got %+v", tc.daemonDisables, tc.kubeconfigDisables, cfg)
 		}

@@ -125,7 +125,7 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 				t.Error("the member synced on its first informers, which were backing off; want a fresh set")
 			}
 			select {
-			case <-first.stop:
+			case <-first.ctx.Done():
 			default:
 				t.Error("the first informer set was not stopped")
 			}
@@ -195,7 +195,7 @@ func TestClusterAnsweringAgainAfterAnOutageSwapsInFreshInformers(t *testing.T) {
 		t.Error("the member was synced again before its fresh informers replaced the old")
 	}
 	select {
-	case <-old.stop:
+	case <-old.ctx.Done():
 	default:
 		t.Error("the old informer set was not stopped after the swap")
 	}
@@ -211,6 +211,62 @@ func TestClusterAnsweringAgainAfterAnOutageSwapsInFreshInformers(t *testing.T) {
 	}
 	if _, removed := h.snapshot(); len(removed) != 0 {
 		t.Errorf("ClusterRemoved %v during a reconnect", removed)
+	}
+}
+
+// A member whose probe recovers at start while its informers are still
+// listing, not failing (a probe that timed out under the load of a cold
+// start), keeps those informers: replacing them would only list again.
+func TestClusterKeepsInformersThatAreStillListingWhenItAnswersAgain(t *testing.T) {
+	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
+	gate := make(chan struct{})
+	m.gate.Store(&gate)
+	c, err := newCluster("east", "h", "", Clients{Kube: m}, EventHandlers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.shutdown()
+	first := c.informers.Load()
+	done := make(chan bool)
+	go func() { done <- c.start(time.Hour, func() {}, func() {}) }()
+	waitUntil(t, func() bool { return m.gated.Load() > 0 })
+	// What the probe does when the member answers after failing (the
+	// fake holds its probe while a list waits at the gate).
+	c.askReconnect()
+	waitUntil(t, func() bool { return len(c.reconnect) == 0 })
+	m.gate.Store(nil)
+	close(gate)
+	if !<-done {
+		t.Fatal("the member did not sync")
+	}
+	if c.informers.Load() != first {
+		t.Error("informers that were listing, not failing, were replaced when the member answered again")
+	}
+	if svcs, _ := c.ServiceLister().List(labels.Everything()); len(svcs) != 1 {
+		t.Errorf("listed %d Services, want 1", len(svcs))
+	}
+}
+
+// A synced member reconnects once per outage, each time on a goroutine
+// that ends after the swap: two outages in a row give two fresh sets.
+func TestClusterReconnectsAfterEachOutage(t *testing.T) {
+	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
+	r, h := startFlakyRegistry(t, m, time.Hour)
+	waitUntil(t, synced(r))
+	c := r.Get("east")
+	for i := 1; i <= 2; i++ {
+		before := c.informers.Load()
+		m.down.Store(true)
+		waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 2*i-1 })
+		m.down.Store(false)
+		waitUntil(t, func() bool { got, _ := h.snapshot(); return len(got) == 1+i })
+		if c.informers.Load() == before {
+			t.Fatalf("outage %d: the member was synced again on its old informers", i)
+		}
+		waitUntil(t, func() bool { return !c.informerLoop.Load() })
+	}
+	if svcs, _ := c.ServiceLister().List(labels.Everything()); len(svcs) != 1 {
+		t.Errorf("listed %d Services, want 1", len(svcs))
 	}
 }
 

@@ -94,7 +94,8 @@ type Options struct {
 	// DisableCompression asks members for plain responses instead of gzip
 	// (client-go's default). A compressed watch holds about 40 KB of
 	// decompressor state in the daemon for as long as it runs, and a
-	// compressor in the member's API server.
+	// compressor in the member's API server. A registration's
+	// AnnotationMemberCompression overrides it for its member.
 	DisableCompression bool
 	// WatchServiceExports adds a ServiceExport informer per member.
 	WatchServiceExports bool
@@ -483,6 +484,10 @@ type registration struct {
 	hash      string
 	policy    PolicyOverride
 	policyErr error
+	// compress is the registration's choice of gzip, nil for the
+	// daemon's; compressErr says why an annotation could not be read.
+	compress    *bool
+	compressErr error
 	// config builds the member's client config; invalid is the Event
 	// reason when it fails for another reason than a refused feature.
 	config  func() (*rest.Config, error)
@@ -530,6 +535,7 @@ func (r *Registry) secretRegistration(key string) (*registration, error) {
 	}
 	cluster := ClusterName(secret)
 	policy, policyErr := ParsePolicyOverride(secret.Annotations)
+	compress, compressErr := ParseMemberCompression(secret.Annotations)
 	data, found := secret.Data[KubeconfigKey]
 	config := func() (*rest.Config, error) { return RESTConfig(data, r.opts.Policy) }
 	if !found {
@@ -542,12 +548,14 @@ func (r *Registry) secretRegistration(key string) (*registration, error) {
 		}
 	}
 	return &registration{
-		claim:     claim{key: key, cluster: cluster, created: secret.CreationTimestamp, ref: secretRef(secret)},
-		hash:      hashOf(cluster, data, policyAnnotations(secret.Annotations)...),
-		policy:    policy,
-		policyErr: policyErr,
-		config:    config,
-		invalid:   ReasonInvalidConfig,
+		claim:       claim{key: key, cluster: cluster, created: secret.CreationTimestamp, ref: secretRef(secret)},
+		hash:        hashOf(cluster, data, settingAnnotations(secret.Annotations)...),
+		policy:      policy,
+		policyErr:   policyErr,
+		compress:    compress,
+		compressErr: compressErr,
+		config:      config,
+		invalid:     ReasonInvalidConfig,
 	}, nil
 }
 
@@ -571,14 +579,17 @@ func (r *Registry) profileRegistration(key string) (*registration, error) {
 	}
 	providers := r.opts.ClusterProfiles.Providers
 	policy, policyErr := ParsePolicyOverride(cp.Annotations)
+	compress, compressErr := ParseMemberCompression(cp.Annotations)
 	reg := &registration{
-		claim:     claim{key: profileKeyPrefix + key, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)},
-		hash:      providers.profileHash(cp),
-		policy:    policy,
-		policyErr: policyErr,
-		config:    func() (*rest.Config, error) { return providers.RESTConfig(cp, r.opts.Policy) },
-		invalid:   ReasonInvalidAccessProvider,
-		unhealthy: ControlPlaneUnhealthy(cp),
+		claim:       claim{key: profileKeyPrefix + key, cluster: cp.Name, created: cp.CreationTimestamp, ref: profileRef(cp)},
+		hash:        providers.profileHash(cp),
+		policy:      policy,
+		policyErr:   policyErr,
+		compress:    compress,
+		compressErr: compressErr,
+		config:      func() (*rest.Config, error) { return providers.RESTConfig(cp, r.opts.Policy) },
+		invalid:     ReasonInvalidAccessProvider,
+		unhealthy:   ControlPlaneUnhealthy(cp),
 	}
 	if p, _ := providers.choose(cp); p == nil {
 		reg.invalid = ReasonNoAccessProvider
@@ -610,8 +621,10 @@ func (r *Registry) register(reg *registration) error {
 		return nil
 	}
 
-	if reg.policyErr != nil {
-		r.warn(ref, ReasonInvalidConfig, "%v", reg.policyErr)
+	for _, err := range []error{reg.policyErr, reg.compressErr} {
+		if err != nil {
+			r.warn(ref, ReasonInvalidConfig, "%v", err)
+		}
 	}
 	r.mu.RLock()
 	prevName, hadPrev := r.bySecret[key]
@@ -662,7 +675,7 @@ func (r *Registry) register(reg *registration) error {
 		}
 		return r.unconnected(reg, m, reason, ClassInvalidRegistration, fmt.Sprintf("%v", err))
 	}
-	r.configure(cfg, cluster)
+	r.configure(cfg, cluster, reg.compress)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		class := Classify(err)
@@ -814,16 +827,15 @@ func (r *Registry) unconnected(reg *registration, m *member, reason string, clas
 	return fmt.Errorf("%w: %s", errNotConnected, why)
 }
 
-// configure applies the daemon's client settings to cluster's config.
-func (r *Registry) configure(cfg *rest.Config, cluster string) {
+// configure applies the daemon's client settings to cluster's config, and
+// the registration's choice of compression (nil: the daemon's).
+func (r *Registry) configure(cfg *rest.Config, cluster string, compress *bool) {
 	cfg.QPS, cfg.Burst = r.opts.QPS, r.opts.Burst
 	cfg.UserAgent = r.opts.UserAgent
 	if r.opts.WarningHandler != nil {
 		cfg.WarningHandler = r.opts.WarningHandler(cluster)
 	}
-	if r.opts.DisableCompression {
-		cfg.DisableCompression = true
-	}
+	applyCompression(cfg, r.opts.DisableCompression, compress)
 }
 
 // addStatic registers a member that has no Secret, and runs its connection
@@ -851,7 +863,7 @@ func (r *Registry) addStatic(name string, orig *rest.Config) error {
 		return nil
 	}
 	cfg := rest.CopyConfig(orig)
-	r.configure(cfg, name)
+	r.configure(cfg, name, nil)
 	clients, err := r.opts.NewClients(cfg)
 	if err != nil {
 		return err

@@ -43,6 +43,7 @@ func TestOperatorCommandFlags(t *testing.T) {
 		{"register default name from an unfit context", []string{"register", "--member-context", "arn:aws:eks:x", "--hub-context", "hub"}, []string{"from the member context's name (set --name)"}},
 		{"register member server", []string{"register", "--member-context", "east", "--hub-context", "hub", "--member-server", "east:6443"}, []string{"--member-server"}},
 		{"register token expiration", []string{"register", "--member-context", "east", "--hub-context", "hub", "--token-expiration", "5m"}, []string{"--token-expiration must be at least 10m"}},
+		{"register member compression", []string{"register", "--member-context", "east", "--hub-context", "hub", "--member-compression", "yes"}, []string{`--member-compression must be true or false, not "yes"`}},
 		{"register token wait", []string{"register", "--member-context", "east", "--hub-context", "hub", "--token-wait", "-1s"}, []string{"--token-wait must not be negative"}},
 		{"namespace", []string{"register", "--member-context", "east", "--hub-context", "hub", "-n", "Bad"}, []string{`--namespace "Bad"`}},
 		{"request timeout", []string{"status", "--hub-context", "hub", "--request-timeout", "-1s"}, []string{"--request-timeout"}},

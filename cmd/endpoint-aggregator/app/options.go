@@ -31,7 +31,8 @@ type Options struct {
 	// member liveness Leases, apart from HubQPS and HubBurst.
 	MemberLeaseQPS   float32
 	MemberLeaseBurst int
-	// MemberCompression lets members gzip their responses.
+	// MemberCompression lets members gzip their responses (off by
+	// default; see docs/performance.md).
 	MemberCompression bool
 
 	ExportMode        string
@@ -103,7 +104,7 @@ func NewOptions() *Options {
 		MemberBurst:         40,
 		MemberLeaseQPS:      150,
 		MemberLeaseBurst:    300,
-		MemberCompression:   true,
+		MemberCompression:   false,
 		ExportMode:          string(easync.ExportServiceExport),
 		ExcludeNamespaces:   easync.DefaultExcludedNamespaces,
 		MaxMemberServices:   easync.DefaultMaxMemberServices,
@@ -138,7 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MemberBurst, "member-api-burst", o.MemberBurst, "Burst of queries to each member API server.")
 	fs.Float32Var(&o.MemberLeaseQPS, "member-lease-qps", o.MemberLeaseQPS, "Queries per second of the member liveness Leases to the hub API server, on a client of their own so that they never delay the aggregated writes (--kube-api-qps). A replica renews the Lease of each member it holds once per --member-lease-duration/4, spread over 80% of that: 1,000 members at 40s need 125.")
 	fs.IntVar(&o.MemberLeaseBurst, "member-lease-burst", o.MemberLeaseBurst, "Burst of queries of the member liveness Leases to the hub API server.")
-	fs.BoolVar(&o.MemberCompression, "member-compression", o.MemberCompression, "Let member API servers gzip their responses (client-go's default). =false saves about 40 KB of daemon memory per member watch (two or three per member) and a compressor in each member API server, at the cost of more bytes on the wire.")
+	fs.BoolVar(&o.MemberCompression, "member-compression", o.MemberCompression, "Let member API servers gzip their responses. Off by default: each gzip-compressed watch holds about 40 KB of decompressor in the daemon (two or three watches per member) and costs CPU on both ends; on, fewer bytes cross the wire. The annotation endpoint-aggregator.io/member-compression (\"true\" or \"false\") on a registration overrides it for that member, e.g. one behind a slow or metered link.")
 	fs.StringVar(&o.ExportMode, "export-mode", o.ExportMode, "Which member Services are exported: serviceexport (MCS ServiceExport objects), annotation (endpoint-aggregator.io/export: \"true\") or all.")
 	fs.StringSliceVar(&o.IncludeNamespaces, "include-namespaces", o.IncludeNamespaces, "Only export Services in these namespaces (default: all).")
 	fs.StringSliceVar(&o.ExcludeNamespaces, "exclude-namespaces", o.ExcludeNamespaces, "Never export Services in these namespaces. The daemon's own --namespace is not exported either unless --include-namespaces lists it; default/kubernetes never is.")

@@ -39,6 +39,9 @@ type registerOptions struct {
 	AllowDuplicate  bool
 	TokenWait       time.Duration
 	TokenExpiration time.Duration
+	// Compression is "true" or "false" for the Secret's member-compression
+	// annotation, "" to leave the annotation alone.
+	Compression string
 }
 
 func newRegisterOptions() *registerOptions {
@@ -62,6 +65,7 @@ func (o *registerOptions) addFlags(cmd *cobra.Command) {
 	fs.BoolVar(&o.AllowDuplicate, "allow-duplicate", o.AllowDuplicate, "Register an API server that is already registered under another name (its endpoints are then imported twice).")
 	fs.DurationVar(&o.TokenWait, "token-wait", o.TokenWait, "How long to wait for the token controller to fill a newly created ServiceAccount token Secret before asking the TokenRequest API instead.")
 	fs.DurationVar(&o.TokenExpiration, "token-expiration", o.TokenExpiration, "Lifetime requested for a TokenRequest token (the member's apiserver may cap it; at least 10m).")
+	fs.StringVar(&o.Compression, "member-compression", o.Compression, "true or false: annotate the registration Secret with "+clusters.AnnotationMemberCompression+", so that this member's API server gzips its responses to the daemon or does not, whatever the daemon's --member-compression says. Default: leave the annotation as it is.")
 }
 
 // clusterName is --name, by default the member context's name.
@@ -96,6 +100,9 @@ func (o *registerOptions) validate() error {
 	}
 	if o.TokenWait < 0 {
 		errs = append(errs, errors.New("--token-wait must not be negative"))
+	}
+	if o.Compression != "" && o.Compression != "true" && o.Compression != "false" {
+		errs = append(errs, fmt.Errorf("--member-compression must be true or false, not %q", o.Compression))
 	}
 	if o.TokenExpiration < 10*time.Minute {
 		errs = append(errs, errors.New("--token-expiration must be at least 10m (the TokenRequest minimum)"))
@@ -132,6 +139,9 @@ into the token Secret: it does not expire, and deleting the Secret revokes it.
 When the Secret is not filled within --token-wait (a member without a token
 controller), register asks the TokenRequest API for a token valid for
 --token-expiration (default one year; the member's apiserver may cap it).
+--member-compression=true|false annotates the Secret with
+endpoint-aggregator.io/member-compression, which decides for this member
+alone whether its API server gzips what it sends the daemon.
 Such a token expires: run register again before then. A later run keeps a
 token that still works and renews it once less than a third of its lifetime
 is left.
@@ -237,7 +247,7 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	if err != nil {
 		return err
 	}
-	desired := registrationSecret(ns, name, kubeconfig, pre.uid)
+	desired := o.registrationSecret(ns, name, kubeconfig, pre.uid)
 	result, err := writeRegistration(ctx, hub, pre.existing, desired, false)
 	if err != nil {
 		return fmt.Errorf("hub %s: %w", o.HubContext, err)
@@ -245,6 +255,16 @@ func (o *registerOptions) run(ctx context.Context, out, errOut io.Writer) error 
 	fmt.Fprintf(out, "hub %s: secret/%s (namespace %s) %s\n", o.HubContext, name, ns, result)
 	fmt.Fprintf(out, "Member %q registered. Check it with: endpoint-aggregator status --hub-context %s -n %s\n", name, o.HubContext, ns)
 	return nil
+}
+
+// registrationSecret is the registration Secret with the annotation
+// --member-compression asks for.
+func (o *registerOptions) registrationSecret(namespace, name string, kubeconfig []byte, kubeSystemUID string) *corev1.Secret {
+	s := registrationSecret(namespace, name, kubeconfig, kubeSystemUID)
+	if o.Compression != "" {
+		s.Annotations[clusters.AnnotationMemberCompression] = o.Compression
+	}
+	return s
 }
 
 // noteCRDs says when the member does not serve the mcs-api.
@@ -294,7 +314,7 @@ func (o *registerOptions) dryRun(ctx context.Context, hub, member *cliClients, n
 	if err != nil {
 		return err
 	}
-	desired := registrationSecret(o.kube.Namespace, name, kubeconfig, pre.uid)
+	desired := o.registrationSecret(o.kube.Namespace, name, kubeconfig, pre.uid)
 	what = fmt.Sprintf("hub %s: may write secret/%s (namespace %s)", o.HubContext, name, o.kube.Namespace)
 	if pre.hubOK {
 		// Written (as a dry run) with the registered token, which a real
@@ -302,7 +322,7 @@ func (o *registerOptions) dryRun(ctx context.Context, hub, member *cliClients, n
 		write := desired
 		if previous := kubeconfigToken(pre.existingKubeconfig()); previous != "" {
 			if kc, err := buildMemberKubeconfig(name, identity.serviceAccount.GetName(), ep, previous); err == nil {
-				write = registrationSecret(o.kube.Namespace, name, kc, pre.uid)
+				write = o.registrationSecret(o.kube.Namespace, name, kc, pre.uid)
 			}
 		}
 		result, err := writeRegistration(ctx, hub, pre.existing, write, true)

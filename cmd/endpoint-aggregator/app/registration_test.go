@@ -166,6 +166,22 @@ func TestRegistrationSecret(t *testing.T) {
 		t.Error("a recorded kube-system UID makes the Secret out of date for a run that could not read one")
 	}
 
+	// --member-compression annotates the Secret; without it the Secret
+	// carries no such annotation, and a live one is kept.
+	if _, ok := s.Annotations[clusters.AnnotationMemberCompression]; ok {
+		t.Error("a Secret registered without --member-compression carries the annotation")
+	}
+	off := (&registerOptions{Compression: "false"}).registrationSecret("endpoint-aggregator", "east", []byte("kc"), "")
+	if off.Annotations[clusters.AnnotationMemberCompression] != "false" {
+		t.Errorf("annotations %v, want %s=false", off.Annotations, clusters.AnnotationMemberCompression)
+	}
+	if registrationUpToDate(live, off) {
+		t.Error("a Secret without the compression annotation is up to date for --member-compression=false")
+	}
+	if !registrationUpToDate(off, (&registerOptions{}).registrationSecret("endpoint-aggregator", "east", []byte("kc"), "")) {
+		t.Error("a run without --member-compression finds a Secret with the annotation out of date")
+	}
+
 	data, err := secretYAML(s)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,10 @@ const (
 	ClientHub = "hub"
 	// ClientLease writes the member liveness Leases (Options.LeaseClient).
 	ClientLease = "lease"
+	// ClientAbout reads the hub's About API properties once a minute, and
+	// with --hub-is-member may create the hub's cluster id: background
+	// reads, apart from the hub client's so that none counts as a sync's.
+	ClientAbout = "about"
 )
 
 // Request verbs, as HubRequests labels them.

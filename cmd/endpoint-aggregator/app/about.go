@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -53,8 +54,8 @@ func (d *Daemon) watchHubIdentity(ctx context.Context) {
 // --hub-cluster-name. The daemon calls it once before it connects members,
 // so that they are checked against the hub's ClusterSet from the start.
 func (d *Daemon) readHubIdentity(ctx context.Context) {
-	rc := d.hub.Discovery().RESTClient()
-	if rc == nil { // fake clients in unit tests
+	rc := d.about
+	if rc == nil { // unit tests
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -112,4 +113,14 @@ func createClusterProperty(ctx context.Context, rc rest.Interface, name, value s
 		}
 	}
 	return last
+}
+
+// aboutRESTConfig makes cfg a config for an unversioned client of absolute
+// paths (the About API's group has no typed client here), as discovery's is.
+func aboutRESTConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.APIPath = ""
+	cfg.GroupVersion = nil
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return cfg
 }

@@ -48,6 +48,7 @@ type Daemon struct {
 	opts  *Options
 	hub   kubernetes.Interface
 	hubID hubIdentity
+	about rest.Interface // the hub's About API; nil in unit tests
 	// aboutForbidden says once that the hub's About API id cannot be written.
 	aboutForbidden stdsync.Once
 	recorder       record.EventRecorder
@@ -91,7 +92,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		reg = prometheus.NewRegistry()
 	}
 	metrics := easync.NewMetrics(reg)
-	cfg, leaseCfg := o.hubClientConfigs(hubConfig, metrics)
+	cfg, leaseCfg, aboutCfg := o.hubClientConfigs(hubConfig, metrics)
 	hub, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
@@ -99,6 +100,10 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	leases, err := kubernetes.NewForConfig(leaseCfg)
 	if err != nil {
 		return nil, fmt.Errorf("hub client of the member Leases: %w", err)
+	}
+	about, err := rest.UnversionedRESTClientFor(aboutRESTConfig(aboutCfg))
+	if err != nil {
+		return nil, fmt.Errorf("hub client of the About API: %w", err)
 	}
 	hubMCS, err := mcsclientset.NewForConfig(cfg)
 	if err != nil {
@@ -131,7 +136,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	easync.RegisterWorkqueueMetrics(reg)
 	mode, _ := endpoints.ParsePerClusterMode(o.PerClusterServices)
 	host, _ := os.Hostname()
-	d := &Daemon{opts: o, hub: hub, recorder: recorder, Metrics: metrics, Gatherer: reg, broadcaster: broadcaster,
+	d := &Daemon{opts: o, hub: hub, about: about, recorder: recorder, Metrics: metrics, Gatherer: reg, broadcaster: broadcaster,
 		leader: leader, leading: &atomic.Bool{}, identity: host + "_" + string(uuid.NewUUID()), guard: o.newMetricsGuard(hub)}
 	members := &memberSet{}
 	var sharding easync.Sharding
@@ -216,21 +221,25 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	return d, nil
 }
 
-// hubClientConfigs returns the configs of the daemon's two hub clients:
-// hub's (--kube-api-qps, --kube-api-burst) and lease's, of the member
-// liveness Leases (--member-lease-qps, --member-lease-burst). Each has a
-// rate limiter of its own and counts its requests in m.HubRequests.
-func (o *Options) hubClientConfigs(hubConfig *rest.Config, m *easync.Metrics) (hub, lease *rest.Config) {
+// hubClientConfigs returns the configs of the daemon's hub clients: hub's
+// (--kube-api-qps, --kube-api-burst), lease's, of the member liveness
+// Leases (--member-lease-qps, --member-lease-burst), and about's, of the
+// hub's About API properties (client-go's default limits: a few requests a
+// minute). Each has a rate limiter of its own and counts its requests in
+// m.HubRequests.
+func (o *Options) hubClientConfigs(hubConfig *rest.Config, m *easync.Metrics) (hub, lease, about *rest.Config) {
 	base := rest.CopyConfig(hubConfig)
 	base.UserAgent = component + "/" + version()
 	base.WarningHandler = newWarningLogger("hub", "")
-	hub, lease = rest.CopyConfig(base), rest.CopyConfig(base)
+	hub, lease, about = rest.CopyConfig(base), rest.CopyConfig(base), rest.CopyConfig(base)
 	hub.QPS, hub.Burst = o.HubQPS, o.HubBurst
 	hub.Wrap(m.CountRequests(easync.ClientHub))
 	lease.QPS, lease.Burst = o.MemberLeaseQPS, o.MemberLeaseBurst
 	lease.RateLimiter = nil // one given with hubConfig would be shared
 	lease.Wrap(m.CountRequests(easync.ClientLease))
-	return hub, lease
+	about.QPS, about.Burst, about.RateLimiter = 0, 0, nil
+	about.Wrap(m.CountRequests(easync.ClientAbout))
+	return hub, lease, about
 }
 
 // clusterProfiles loads the access-provider file and builds the hub client

@@ -28,7 +28,7 @@ func TestMemberLeaseRenewalDoesNotWaitForTheHubClientsLimiter(t *testing.T) {
 	o := NewOptions()
 	o.HubQPS, o.HubBurst = 0.01, 1
 	m := easync.NewMetrics(nil)
-	hubCfg, leaseCfg := o.hubClientConfigs(&rest.Config{Host: srv.URL}, m)
+	hubCfg, leaseCfg, _ := o.hubClientConfigs(&rest.Config{Host: srv.URL}, m)
 	hub, err := kubernetes.NewForConfig(hubCfg)
 	if err != nil {
 		t.Fatal(err)

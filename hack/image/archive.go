@@ -68,12 +68,21 @@ func writeArchive(out string, entries []archiveEntry, mtime time.Time, gz bool) 
 }
 
 func writeFileAtomic(out string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(out), ".release-*")
+	return writeAtomic(out, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeAtomic has write fill a temporary file beside out, mode 0644, and
+// renames it to out: an interrupted run never leaves half a file.
+func writeAtomic(out string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(out), ".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.Remove(f.Name()) }()
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		_ = f.Close()
 		return err
 	}

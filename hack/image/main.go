@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -111,23 +112,7 @@ func writeTarball(out string, ref name.Tag, img v1.Image) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(out), ".image-*.tar")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(f.Name()) }()
-	if err := tarball.Write(ref, img, f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), out)
+	return writeAtomic(out, func(w io.Writer) error { return tarball.Write(ref, img, w) })
 }
 
 func defaultArch() string {

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 // The About API (KEP-2149, sigs.k8s.io/about-api) lets a cluster name itself
@@ -133,7 +134,7 @@ const identityRecheck = time.Minute
 // identityCheck is a Cluster's record of its member's identity checks.
 type identityCheck struct {
 	mu      sync.Mutex
-	last    time.Time // of the last check that read the member
+	last    time.Time // of the last read of the member's properties, failed or not
 	err     error     // the last verdict: errIdentityMismatch, or nil
 	id      Identity
 	decided chan struct{} // closed at the first verdict that lets the member in
@@ -181,13 +182,15 @@ func (c *Cluster) checkIdentity(ctx context.Context, clusterSet string) error {
 		return nil
 	}
 	id, err := ReadIdentity(ctx, rc)
+	ic.last = time.Now() // a failed read too: one that keeps failing (no RBAC for the properties) is tried every identityRecheck, not every probe
 	if err != nil {
+		klog.V(2).InfoS("Cannot read the member's About API properties; it is judged by its registration", "cluster", c.name, "err", err)
 		if ic.err == nil {
 			ic.letIn()
 		}
 		return ic.err // the last verdict stands
 	}
-	ic.last, ic.id = time.Now(), id
+	ic.id = id
 	ic.err = checkIdentity(c.name, clusterSet, id)
 	if ic.err == nil {
 		ic.letIn()

@@ -21,6 +21,9 @@ type aboutServer struct {
 	mu       sync.Mutex
 	versions []string
 	props    map[string]string
+	// forbidden answers every About API request 403; reads counts them.
+	forbidden bool
+	reads     int
 }
 
 func (s *aboutServer) set(name, value string) {
@@ -34,6 +37,15 @@ func (s *aboutServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	if r.URL.Path == "/readyz" {
 		fmt.Fprint(w, "ok")
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/apis/about.k8s.io/") {
+		s.reads++
+	}
+	if s.forbidden {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"no RBAC"}`)
 		return
 	}
 	for _, v := range s.versions {
@@ -164,5 +176,29 @@ func TestProbeRefusesAMemberOfAnotherClusterSet(t *testing.T) {
 		clusterSet: func() string { return "prod" }}
 	if err := c.probe(2 * time.Second); Classify(err) != ClassIdentityMismatch || !strings.Contains(err.Error(), `"staging"`) {
 		t.Fatalf("probe = %v, want an identity mismatch naming the member's ClusterSet", err)
+	}
+}
+
+// A member whose properties the daemon may not read (a registration made
+// before the member rules allowed it) is judged by its registration, and
+// not asked again on every probe.
+func TestProbeReadsUnreadablePropertiesOncePerRecheck(t *testing.T) {
+	s := &aboutServer{versions: []string{"v1beta1"}, forbidden: true}
+	c := &Cluster{name: "east", clients: Clients{Kube: aboutClient(t, s)}, identity: newIdentityCheck()}
+	for range 3 {
+		if err := c.probe(2 * time.Second); err != nil {
+			t.Fatalf("probe = %v, want the member judged by its registration", err)
+		}
+	}
+	select {
+	case <-c.identity.admitted():
+	default:
+		t.Fatal("the member's informers may not start")
+	}
+	s.mu.Lock()
+	reads := s.reads
+	s.mu.Unlock()
+	if reads != 1 {
+		t.Errorf("%d reads of the properties in three probes, want 1", reads)
 	}
 }

@@ -16,9 +16,9 @@ import (
 
 // The daemon's hub caches hold digests of its EndpointSlices and Endpoints
 // rather than the objects: the metadata in full, and of the content only
-// what the sync logic reads (for a slice, each endpoint's first address,
-// which places it) plus a hash of the fields the daemon writes. A digest is
-// an in-memory stand-in; it is never sent to an API server.
+// what the sync logic reads (for a slice, a key of each endpoint's first
+// address, which places it) plus a hash of the fields the daemon writes. A
+// digest is an in-memory stand-in; it is never sent to an API server.
 
 // hashSeed is per process: digests are compared only with hashes computed
 // by the same process, and members cannot aim at a seed they do not know.
@@ -31,9 +31,12 @@ type SliceDigest struct {
 	metav1.ObjectMeta
 	AddressType discoveryv1.AddressType
 	Ports       []discoveryv1.EndpointPort
-	// Addresses holds each endpoint's first address, in the slice's order;
-	// "" for an endpoint without one.
-	Addresses []string
+	// AddressKeys holds the key (AddressKey) of each endpoint's first
+	// address, in the slice's order; 0 for an endpoint without one. The
+	// planner keeps an endpoint in the slice that holds its key; Hash, which
+	// covers the addresses themselves, decides whether the slice changed, so
+	// a colliding key can cost a rewrite, never a wrong slice.
+	AddressKeys []uint64
 	// Hash covers, in the slice's order, the endpoint fields the daemon
 	// writes (see hashEndpoint).
 	Hash uint64
@@ -47,7 +50,7 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 		ObjectMeta:  s.ObjectMeta,
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
-		Addresses:   make([]string, len(s.Endpoints)),
+		AddressKeys: make([]uint64, len(s.Endpoints)),
 	}
 	if r, ok := s.Annotations[AnnotationExportRecord]; ok {
 		// Every slice of a source carries the same record: keep one copy.
@@ -60,12 +63,18 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
 		if len(ep.Addresses) > 0 {
-			d.Addresses[i] = ep.Addresses[0]
+			d.AddressKeys[i] = AddressKey(ep.Addresses[0])
 		}
 		hashEndpoint(&h, ep)
 	}
 	d.Hash = h.Sum64()
 	return d
+}
+
+// AddressKey is the key a digest holds of addr: a hash with this process's
+// seed, never 0.
+func AddressKey(addr string) uint64 {
+	return max(maphash.String(hashSeed, addr), 1)
 }
 
 // hashEndpoints is the Hash a slice holding eps, in this order and as
@@ -98,7 +107,7 @@ func (d *SliceDigest) DeepCopyObject() runtime.Object {
 			d.Ports[i].DeepCopyInto(&out.Ports[i])
 		}
 	}
-	out.Addresses = slices.Clone(d.Addresses)
+	out.AddressKeys = slices.Clone(d.AddressKeys)
 	return &out
 }
 

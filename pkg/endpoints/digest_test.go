@@ -100,8 +100,9 @@ func TestHashEndpointsAgreesWithEquality(t *testing.T) {
 	if swapped := hashAPIEndpoints(&vs[1], &vs[0], &vs[2]); d.Hash == swapped {
 		t.Error("hash does not depend on endpoint order")
 	}
-	if !slices.Equal(d.Addresses, []string{"10.0.0.1", "10.0.0.2", "10.0.0.1"}) {
-		t.Errorf("digest addresses %v", d.Addresses)
+	one, two := AddressKey("10.0.0.1"), AddressKey("10.0.0.2")
+	if one == two || !slices.Equal(d.AddressKeys, []uint64{one, two, one}) {
+		t.Errorf("digest address keys %v, want %v", d.AddressKeys, []uint64{one, two, one})
 	}
 }
 

@@ -52,6 +52,21 @@ type sliceGroup struct {
 	// endpoints maps addresses, in text form, to member endpoints: they are
 	// read-only and written out by hubEndpointInto.
 	endpoints map[string]*MemberEndpoint
+	// byKey maps the AddressKey of each address in endpoints to it, made
+	// when first needed (addressOf).
+	byKey map[uint64]string
+}
+
+// addressOf returns the address of g whose AddressKey is key.
+func (g *sliceGroup) addressOf(key uint64) (string, bool) {
+	if g.byKey == nil {
+		g.byKey = make(map[uint64]string, len(g.endpoints))
+		for addr := range g.endpoints {
+			g.byKey[AddressKey(addr)] = addr
+		}
+	}
+	addr, ok := g.byKey[key]
+	return addr, ok
 }
 
 // desiredEndpoint is a member endpoint with its address in text form, which

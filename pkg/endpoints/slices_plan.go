@@ -194,8 +194,9 @@ func ownedSlices(existing []*SliceDigest, namespace, service, cluster string) []
 // any was dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back
 // to g.
 func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) {
-	ps = &plannedSlice{existing: es, group: g, endpoints: make([]desiredEndpoint, 0, len(es.Addresses))}
-	for _, addr := range es.Addresses {
+	ps = &plannedSlice{existing: es, group: g, endpoints: make([]desiredEndpoint, 0, len(es.AddressKeys))}
+	for _, key := range es.AddressKeys {
+		addr, _ := g.addressOf(key)
 		want, ok := g.endpoints[addr]
 		if !ok { // gone, listed twice, or no address at all
 			dirty = true

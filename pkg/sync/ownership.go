@@ -96,7 +96,7 @@ func (c *Controller) Weight(cluster string) int {
 	n := 0
 	for _, o := range objs {
 		if d, ok := o.(*endpoints.SliceDigest); ok {
-			n += len(d.Addresses)
+			n += len(d.AddressKeys)
 		}
 	}
 	return n

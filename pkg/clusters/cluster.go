@@ -206,17 +206,15 @@ func sliceService(obj interface{}) ([]string, error) {
 // reads; the others are dropped.
 const annotationExport = "endpoint-aggregator.io/export"
 
-// stripMemberObject drops what the sync never reads, to keep per-member caches
-// small: managed fields, most annotations, Service selectors and status. An
-// EndpointSlice becomes its projection (see endpoints.ProjectSlice), which
-// the cache holds instead; one already projected stays as it is.
+// stripMemberObject keeps per-member caches small: a Service becomes a
+// fresh one holding only what the sync reads (projectService), an
+// EndpointSlice its projection (endpoints.ProjectSlice), which the cache
+// holds instead; a ServiceExport loses its managed fields. An object
+// already projected stays as it is.
 func stripMemberObject(obj interface{}) (interface{}, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
-		o.ManagedFields = nil
-		o.Annotations = keepAnnotations(o.Annotations, annotationExport)
-		o.Spec.Selector = nil
-		o.Status = corev1.ServiceStatus{}
+		return projectService(o), nil
 	case *discoveryv1.EndpointSlice:
 		return endpoints.ProjectSlice(o), nil
 	case *mcsv1beta1.ServiceExport:
@@ -225,6 +223,41 @@ func stripMemberObject(obj interface{}) (interface{}, error) {
 	return obj, nil
 }
 
+// projectService returns a new Service with only the fields of svc that
+// the sync and explain read, in svc's memory: identity, the export
+// annotation, the managed-by label, and the spec the hub objects are built
+// from. Anything else a member sets (labels, selectors, status, external
+// IPs, load balancer settings, managed fields) is not held.
+// TestServiceProjectionKeepsWhatTheSyncReads lists the fields.
+func projectService(svc *corev1.Service) *corev1.Service {
+	in := &svc.Spec
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              svc.Name,
+			Namespace:         svc.Namespace,
+			UID:               svc.UID,
+			ResourceVersion:   svc.ResourceVersion,
+			CreationTimestamp: svc.CreationTimestamp,
+			DeletionTimestamp: svc.DeletionTimestamp,
+			Labels:            keepAnnotations(svc.Labels, endpoints.LabelManagedBy),
+			Annotations:       keepAnnotations(svc.Annotations, annotationExport),
+		},
+		Spec: corev1.ServiceSpec{
+			Type:                  in.Type,
+			ClusterIP:             in.ClusterIP,
+			ClusterIPs:            in.ClusterIPs,
+			Ports:                 in.Ports,
+			SessionAffinity:       in.SessionAffinity,
+			SessionAffinityConfig: in.SessionAffinityConfig,
+			IPFamilies:            in.IPFamilies,
+			IPFamilyPolicy:        in.IPFamilyPolicy,
+			InternalTrafficPolicy: in.InternalTrafficPolicy,
+			TrafficDistribution:   in.TrafficDistribution,
+		},
+	}
+}
+
+// keepAnnotations returns the entries of in under the keys keep, or nil.
 func keepAnnotations(in map[string]string, keep ...string) map[string]string {
 	var out map[string]string
 	for _, k := range keep {

@@ -198,6 +198,21 @@ bench: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 bench: tools build ## Run the scale benchmark (not a test): the daemon vs a bare-client floor on real API servers; see docs/performance.md
 	$(GO) run ./hack/bench -binary $(CURDIR)/$(BINARY) $(if $(BENCH_JSON),-json $(BENCH_JSON)) $(if $(BENCH_DOC),-doc $(BENCH_DOC)) $(BENCH_FLAGS)
 
+# The bench at issue 24's larger scales (`make bench-scale`, not part of
+# `make test`): MEMBERSxSERVICESxENDPOINTS each, one run per timed phase and
+# short idle and churn phases, each into its own section of BENCH_DOC.
+BENCH_SCALES ?= 1000x1x100 1000x1x1000
+BENCH_SCALE_FLAGS ?= -runs 1 -changes 50 -churn-duration 10s
+
+.PHONY: bench-scale
+bench-scale: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+bench-scale: tools build ## Run the benchmark at a thousand members and at a million endpoints (~30 min); see docs/performance.md
+	set -e; for scale in $(BENCH_SCALES); do \
+		set -- $$(echo $$scale | tr x ' '); \
+		$(GO) run ./hack/bench -binary $(CURDIR)/$(BINARY) -members $$1 -services $$2 -endpoints $$3 \
+			$(if $(BENCH_DOC),-doc $(BENCH_DOC)) $(BENCH_SCALE_FLAGS) $(BENCH_FLAGS); \
+	done
+
 # The soak (`make soak`, not part of `make test`): SOAK_DURATION of churn with
 # members flapping unreachable and one daemon restart, sampled every minute,
 # at a scale a 2-core machine holds. SOAK_FLAGS adds or overrides flags, e.g.

@@ -62,11 +62,18 @@ type config struct {
 	soak     soakConfig // -soak > 0 runs a soak instead (soak.go)
 }
 
+// The default scale: its results have their own section of the doc.
+const (
+	defaultMembers   = 250
+	defaultServices  = 10
+	defaultEndpoints = 100
+)
+
 func main() {
 	var c config
-	flag.IntVar(&c.members, "members", 250, "simulated member clusters (each registered under its own name)")
-	flag.IntVar(&c.services, "services", 10, "exported Services per member (the same names in every member)")
-	flag.IntVar(&c.endpoints, "endpoints", 100, "endpoints per Service per member")
+	flag.IntVar(&c.members, "members", defaultMembers, "simulated member clusters (each registered under its own name)")
+	flag.IntVar(&c.services, "services", defaultServices, "exported Services per member (the same names in every member)")
+	flag.IntVar(&c.endpoints, "endpoints", defaultEndpoints, "endpoints per Service per member")
 	flag.Float64Var(&c.churn, "churn", 50, "steady churn, in member EndpointSlice changes per second across all members")
 	flag.DurationVar(&c.churnDuration, "churn-duration", 30*time.Second, "how long each churn phase lasts (floor and daemon)")
 	flag.IntVar(&c.changes, "changes", 200, "timed single changes made one at a time on an idle system (floor and daemon)")

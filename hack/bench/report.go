@@ -268,8 +268,9 @@ func (r *results) finish(proxyRequests int64) {
 	p99 := func(s latencyStats) float64 { return s.P99 }
 
 	rs, rv := ratio(d.ColdSeconds, f.ColdSeconds)
+	coldMax := coldTarget(p)
 	r.Rows = append(r.Rows, row{"cold convergence", d.ColdRuns.format("s", 1), f.ColdRuns.format("s", 1), rs,
-		fmt.Sprintf("≤ %.2f× floor (median of %d)", coldMaxRatio, p.Runs), verdict(rv >= 0 && rv <= coldMaxRatio)})
+		fmt.Sprintf("≤ %.2f× floor (median of %d)", coldMax, p.Runs), verdict(rv >= 0 && rv <= coldMax)})
 	rs, _ = ratio(float64(d.ColdWrites), float64(f.ColdWrites))
 	r.Rows = append(r.Rows, row{"hub writes, cold start", fmt.Sprint(d.ColdWrites), fmt.Sprint(f.ColdWrites), rs, "—", ""})
 
@@ -358,6 +359,11 @@ func (r *results) finish(proxyRequests int64) {
 	r.Rows = append(r.Rows, row{"daemon heap in use per aggregated endpoint",
 		fmt.Sprintf("%.0f B (%.0f MiB)", d.Memory.HeapInuseBytes/n, d.Memory.HeapInuseBytes/(1<<20)), "—", "—", fmt.Sprintf("≤ %d B", heapPerEndpointMax),
 		verdict(d.Memory.HeapInuseBytes/n <= heapPerEndpointMax)})
+	if p.AggregatedEndpoints >= millionEndpoints {
+		r.Rows = append(r.Rows, row{fmt.Sprintf("daemon RSS at %d endpoints, one replica", p.AggregatedEndpoints),
+			fmt.Sprintf("%.0f MB", d.Memory.RSSBytes/1e6), "—", "—", fmt.Sprintf("≤ %d MB", rssAtMillionMaxMB),
+			verdict(d.Memory.RSSBytes <= rssAtMillionMaxMB*1e6)})
+	}
 	if p.Members >= manyMembers {
 		// At a thousand members the fixed cost per member shows: all of
 		// the RSS divided by the members is an upper bound of it.
@@ -465,18 +471,27 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
-const (
-	docBegin = "<!-- bench:results:begin (written by `go run ./hack/bench -doc`) -->"
-	docEnd   = "<!-- bench:results:end -->"
-)
+// docMarkers returns the markers of the section of docs/performance.md that
+// a run at this scale rewrites: the default scale has its own, every other
+// scale one named after it (e.g. bench:results:1000x1x100), so runs at
+// different scales keep their tables side by side.
+func docMarkers(p params) (begin, end string) {
+	if p.Members == defaultMembers && p.ServicesPerMember == defaultServices && p.EndpointsPerService == defaultEndpoints {
+		return "<!-- bench:results:begin (written by `go run ./hack/bench -doc`) -->", "<!-- bench:results:end -->"
+	}
+	name := fmt.Sprintf("bench:results:%dx%dx%d", p.Members, p.ServicesPerMember, p.EndpointsPerService)
+	return "<!-- " + name + ":begin (written by `go run ./hack/bench -doc`) -->", "<!-- " + name + ":end -->"
+}
 
-// updateDoc replaces the text between the markers of path with this run.
+// updateDoc replaces the text between the markers of path for this run's
+// scale with this run.
 func (r *results) updateDoc(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	s := string(data)
+	docBegin, docEnd := docMarkers(r.Params)
 	i, j := strings.Index(s, docBegin), strings.Index(s, docEnd)
 	if i < 0 || j < i {
 		return errors.New(path + ": no results markers " + docBegin + " … " + docEnd)
@@ -575,14 +590,30 @@ func extraFlags(flags []string) string {
 
 // The targets of issue 24, which the table's verdicts read.
 const (
-	coldMaxRatio       = 1.15
-	p99MaxRatio        = 1.5
-	rssPerEndpointMax  = 300 // bytes, at the default scale
-	heapPerEndpointMax = 150 // bytes
-	manyMembers        = 1000
-	rssPerMemberMaxKiB = 100
-	readyMaxSeconds    = 10.0
+	coldMaxRatio        = 1.15 // at the default scale; see coldTarget
+	coldManyMaxRatio    = 1.5  // at manyMembers members
+	coldMillionMaxRatio = 1.25 // at millionEndpoints endpoints
+	millionEndpoints    = 1_000_000
+	rssAtMillionMaxMB   = 400
+	p99MaxRatio         = 1.5
+	rssPerEndpointMax   = 300 // bytes, at the default scale
+	heapPerEndpointMax  = 150 // bytes
+	manyMembers         = 1000
+	rssPerMemberMaxKiB  = 100
+	readyMaxSeconds     = 10.0
 )
+
+// coldTarget is the cold convergence target at the scale of p: the issue
+// asks less of a thousand members, whose fixed costs dominate.
+func coldTarget(p params) float64 {
+	switch {
+	case p.AggregatedEndpoints >= millionEndpoints:
+		return coldMillionMaxRatio
+	case p.Members >= manyMembers:
+		return coldManyMaxRatio
+	}
+	return coldMaxRatio
+}
 
 // spreadVerdict is the verdict of a row that needs its runs to agree: met
 // only when within the target and the spread too (noisy is "" then).

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,5 +67,49 @@ func TestFinishMediansSpreadsAndReads(t *testing.T) {
 	}
 	if md := r.markdown(); !strings.Contains(md, "| propagation p99, idle | 50.0 ms (40.0–90.0, ±80%) |") {
 		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// TestScaleSectionsAndTargets: runs at other scales write their own doc
+// section, side by side with the default run's, and are judged by the
+// targets of their scale.
+func TestScaleSectionsAndTargets(t *testing.T) {
+	def := params{Members: defaultMembers, ServicesPerMember: defaultServices, EndpointsPerService: defaultEndpoints,
+		AggregatedEndpoints: defaultMembers * defaultServices * defaultEndpoints}
+	many := params{Members: 1000, ServicesPerMember: 1, EndpointsPerService: 100, AggregatedEndpoints: 100_000}
+	million := params{Members: 1000, ServicesPerMember: 1, EndpointsPerService: 1000, AggregatedEndpoints: 1_000_000}
+	for _, tc := range []struct {
+		p    params
+		cold float64
+	}{{def, coldMaxRatio}, {many, coldManyMaxRatio}, {million, coldMillionMaxRatio}} {
+		if got := coldTarget(tc.p); got != tc.cold {
+			t.Errorf("coldTarget(%+v) = %v, want %v", tc.p, got, tc.cold)
+		}
+	}
+
+	doc := filepath.Join(t.TempDir(), "performance.md")
+	var text strings.Builder
+	text.WriteString("intro\n")
+	for _, p := range []params{def, many} {
+		b, e := docMarkers(p)
+		text.WriteString(b + "\nold\n" + e + "\n")
+	}
+	if err := os.WriteFile(doc, []byte(text.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &results{Params: many, Command: "make bench-scale"}
+	if err := r.updateDoc(doc); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	if strings.Count(s, "old") != 1 || !strings.Contains(s, "make bench-scale") {
+		t.Errorf("the 1000x1x100 run did not replace only its own section:\n%s", s)
+	}
+	if err := (&results{Params: million}).updateDoc(doc); err == nil {
+		t.Error("a scale without a section in the doc: no error")
 	}
 }

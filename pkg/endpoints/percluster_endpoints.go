@@ -68,12 +68,17 @@ func endpointSubsets(src Source) []corev1.EndpointSubset {
 		addrs map[string]subsetAddress
 	}
 	byPorts := make(map[string]*subset)
-	for _, sl := range src.ipSlices() {
+	ipSlices := src.ipSlices()
+	total := 0 // sizes each subset's map for all of them: usually one subset
+	for _, sl := range ipSlices {
+		total += len(sl.Endpoints)
+	}
+	for _, sl := range ipSlices {
 		ports := endpointPorts(sl.Ports)
 		key := endpointPortsKey(ports)
 		s := byPorts[key]
 		if s == nil {
-			s = &subset{ports: ports, addrs: make(map[string]subsetAddress, len(sl.Endpoints))}
+			s = &subset{ports: ports, addrs: make(map[string]subsetAddress, total)}
 			byPorts[key] = s
 		}
 		for i := range sl.Endpoints {

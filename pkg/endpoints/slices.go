@@ -81,14 +81,19 @@ type desiredEndpoint struct {
 // preferred endpoint.
 func desiredGroups(src Source) map[string]*sliceGroup {
 	groups := make(map[string]*sliceGroup)
-	for _, sl := range src.ipSlices() {
+	ipSlices := src.ipSlices()
+	total := 0 // sizes each group's map for all of them: usually one group
+	for _, sl := range ipSlices {
+		total += len(sl.Endpoints)
+	}
+	for _, sl := range ipSlices {
 		key := groupKey(sl.AddressType, sl.Ports)
 		g := groups[key]
 		if g == nil {
 			g = &sliceGroup{
 				addressType: sl.AddressType,
 				ports:       sortedPorts(sl.Ports),
-				endpoints:   make(map[string]*MemberEndpoint, len(sl.Endpoints)),
+				endpoints:   make(map[string]*MemberEndpoint, total),
 			}
 			groups[key] = g
 		}

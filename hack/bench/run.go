@@ -646,12 +646,15 @@ func sampleDepth(ctx context.Context, d *daemonProc, done <-chan struct{}) []flo
 type memoryStats struct {
 	HeapInuseBytes float64 `json:"heapInuseBytes"`
 	HeapAllocBytes float64 `json:"heapAllocBytes"`
-	RSSBytes       float64 `json:"rssBytes"`
-	Goroutines     float64 `json:"goroutines"`
+	// HeapLiveBytes is the heap the last collection found live; -1 when
+	// the daemon does not export it.
+	HeapLiveBytes float64 `json:"heapLiveBytes"`
+	RSSBytes      float64 `json:"rssBytes"`
+	Goroutines    float64 `json:"goroutines"`
 }
 
 func sampleMemory(ctx context.Context, d *daemonProc, n int, every time.Duration) (memoryStats, error) {
-	var inuse, alloc, rss, gr []float64
+	var inuse, alloc, live, rss, gr []float64
 	for i := range n {
 		if i > 0 {
 			select {
@@ -666,10 +669,11 @@ func sampleMemory(ctx context.Context, d *daemonProc, n int, every time.Duration
 		}
 		inuse = append(inuse, m.value("go_memstats_heap_inuse_bytes"))
 		alloc = append(alloc, m.value("go_memstats_heap_alloc_bytes"))
+		live = append(live, m.value("go_gc_heap_live_bytes"))
 		rss = append(rss, m.value("process_resident_memory_bytes"))
 		gr = append(gr, m.value("go_goroutines"))
 	}
-	return memoryStats{HeapInuseBytes: median(inuse), HeapAllocBytes: median(alloc), RSSBytes: median(rss), Goroutines: median(gr)}, nil
+	return memoryStats{HeapInuseBytes: median(inuse), HeapAllocBytes: median(alloc), HeapLiveBytes: median(live), RSSBytes: median(rss), Goroutines: median(gr)}, nil
 }
 
 // snapshotRVs lists the aggregated hub objects and returns their

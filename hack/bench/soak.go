@@ -332,12 +332,15 @@ func waitUntil(ctx context.Context, d *daemonProc, t time.Time) error {
 // five scrapes a second apart, which smooths the heap's sawtooth); a figure
 // it cannot read is NaN.
 func sampleDaemon(ctx context.Context, d *daemonProc, gate *soakGate) soakSample {
-	smp := soakSample{RSS: math.NaN(), Heap: math.NaN(), Goroutines: math.NaN(), Down: gate.anyDown()}
+	smp := soakSample{RSS: math.NaN(), Heap: math.NaN(), LiveHeap: math.NaN(), Goroutines: math.NaN(), Down: gate.anyDown()}
 	smp.Watches = float64(gate.watches.Load())
 	for try := 0; try < 3 && ctx.Err() == nil; try++ {
 		mem, err := sampleMemory(ctx, d, 5, time.Second)
 		if err == nil {
 			smp.RSS, smp.Heap, smp.Goroutines = mem.RSSBytes, mem.HeapInuseBytes, mem.Goroutines
+			if mem.HeapLiveBytes >= 0 {
+				smp.LiveHeap = mem.HeapLiveBytes
+			}
 			break
 		}
 		logf("soak: sampling the daemon: %v", err)

@@ -24,7 +24,7 @@ func soakSeries(rss []float64, restart int) []soakSample {
 		}
 		out = append(out, soakSample{
 			Minute: time.Duration(k) * time.Minute, Process: proc, Age: time.Duration(k-start) * time.Minute,
-			RSS: v, Heap: 100 << 20, Goroutines: 50, Watches: 40,
+			RSS: v, LiveHeap: 60 << 20, Heap: 100 << 20, Goroutines: 50, Watches: 40,
 		})
 	}
 	return out
@@ -179,7 +179,7 @@ func TestSoakTables(t *testing.T) {
 	}
 
 	md := r.markdown("soak.svg")
-	if !strings.Contains(md, "![RSS, heap in use, goroutines and member watches by minute](soak.svg)") {
+	if !strings.Contains(md, "![RSS, live heap, heap in use, goroutines and member watches by minute](soak.svg)") {
 		t.Errorf("markdown lacks the plot link:\n%s", md)
 	}
 	// Every table line has as many cells as its header.
@@ -196,7 +196,7 @@ func TestSoakTables(t *testing.T) {
 			t.Errorf("markdown row with %d separators, header %d: %q", cells, header, l)
 		}
 	}
-	if !strings.Contains(md, "| 7 | 2 | 100.0 | 100.0 | 50 | 40 |  |") {
+	if !strings.Contains(md, "| 7 | 2 | 100.0 | 60.0 | 100.0 | 50 | 40 |  |") {
 		t.Errorf("markdown lacks the last sample row:\n%s", md)
 	}
 }
@@ -223,10 +223,10 @@ func TestSoakSVG(t *testing.T) {
 			}
 		}
 	}
-	// Four figures, a line per daemon process each; 8 samples each, but
+	// Five figures, a line per daemon process each; 8 samples each, but
 	// one heap sample is unreadable.
-	if polylines != 8 || points != 4*8-1 {
-		t.Errorf("got %d polylines with %d points, want 8 with %d", polylines, points, 4*8-1)
+	if polylines != 10 || points != 5*8-1 {
+		t.Errorf("got %d polylines with %d points, want 10 with %d", polylines, points, 5*8-1)
 	}
 }
 
@@ -247,7 +247,7 @@ func TestSoakUpdateDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	if strings.Contains(s, "old") || !strings.Contains(s, "](../bin/soak.svg)") || !strings.HasSuffix(s, soakDocEnd+"\nafter\n") {
+	if strings.Contains(s, "\nold\n") || !strings.Contains(s, "](../bin/soak.svg)") || !strings.HasSuffix(s, soakDocEnd+"\nafter\n") {
 		t.Errorf("doc after update:\n%s", s)
 	}
 	if err := testResult().updateDoc(filepath.Join(dir, "none.md"), ""); err == nil {

@@ -64,11 +64,12 @@ type NodeOptions struct {
 	// MCSConformance also imports the images the MCS conformance suite's
 	// pods name (busybox, and a socat stand-in), built here.
 	MCSConformance bool
+	// Family is the cluster's IP family plan: IPv4 (the default), IPv6
+	// only, or dual-stack with IPv4 primary. It sets the node's link and
+	// pod network, the API server's address and Service range, the
+	// kubelet's node IPs and kube-proxy's cluster CIDRs (see node.go).
+	Family Family
 }
-
-// kubernetesServiceIP is the first address of envtest's service range
-// (10.0.0.0/24): the `kubernetes` Service.
-var kubernetesServiceIP = net.IPv4(10, 0, 0, 1)
 
 // auditPolicy records every write once, when it completed: Leases with their
 // request body (who holds them), the rest by metadata.
@@ -297,20 +298,31 @@ func (c *Cluster) prepareNode(o NodeOptions, certDir string) error {
 	if err := checkNodeDeps(); err != nil {
 		return err
 	}
+	if err := checkFamily(o.Family); err != nil {
+		return err
+	}
 	cleanStaleOnce.Do(CleanStaleNodes)
 	n := &Node{dir: filepath.Join(c.Dir, "node")}
 	if err := os.Mkdir(n.dir, 0o700); err != nil {
 		return err
 	}
-	nn, st, err := setupNodeNetwork(c.Dir)
+	nn, st, err := setupNodeNetwork(c.Dir, o.Family)
 	if err != nil {
 		return err
 	}
-	n.net, n.state = nn, st
-	n.IP, n.HostIP, n.PodCIDR = nn.nodeIP.String(), nn.hostIP.String(), nn.podCIDR
+	n.net, n.state, n.Family = nn, st, nn.family
+	n.IPs = nn.each(func(f familyNet) string { return f.nodeIP.String() })
+	n.HostIPs = nn.each(func(f familyNet) string { return f.hostIP.String() })
+	n.PodCIDRs = nn.each(func(f familyNet) string { return f.podCIDR })
+	n.ServiceCIDRs = nn.each(func(f familyNet) string { return f.serviceCIDR })
+	n.IP, n.HostIP, n.PodCIDR = n.IPs[0], n.HostIPs[0], n.PodCIDRs[0]
 	n.Socket = filepath.Join(n.dir, "containerd.sock")
 	c.Node, c.nodeOpts = n, o
-	ca, err := writeServingCerts(certDir, nn.hostIP, kubernetesServiceIP)
+	var certIPs []net.IP
+	for _, f := range nn.nets {
+		certIPs = append(certIPs, f.hostIP, f.kubernetesIP)
+	}
+	ca, err := writeServingCerts(certDir, certIPs...)
 	if err != nil {
 		return err
 	}
@@ -325,6 +337,9 @@ func (c *Cluster) prepareNode(o NodeOptions, certDir string) error {
 	api.SecureServing.Address, api.SecureServing.Port = n.HostIP, strconv.Itoa(port)
 	api.SecureServing.CA = ca
 	api.Configure().Set("advertise-address", n.HostIP)
+	// The kubernetes Service takes the first address of the primary range,
+	// which must be of the advertised address's family.
+	api.Configure().Set("service-cluster-ip-range", strings.Join(n.ServiceCIDRs, ","))
 	// Logs and exec reach the kubelet by its InternalIP: resolving the
 	// node's name would ask the machine's resolver.
 	api.Configure().Set("kubelet-preferred-address-types", "InternalIP")

@@ -7,7 +7,12 @@
 // certificates, process logs, kubeconfig) and its own admin identity. A
 // cluster started with [Options].Node also gets one real node (see node.go:
 // kubelet, containerd, kube-proxy, kube-scheduler, kube-controller-manager,
-// a pod network routed to the other clusters'; it needs root). Otherwise
+// a pod network routed to the other clusters'; it needs root), in the IP
+// family [NodeOptions].Family picks: IPv4 (the default), IPv6 only, or
+// dual-stack with IPv4 primary ([Families] lists them; IPv6 addresses are
+// unique local ones). The family sets the node's link and pod network, the
+// API server's address and Service range (10.0.0.0/24, fd00:10:96::/112 or
+// both), the kubelet's node IPs and kube-proxy's cluster CIDRs. Otherwise
 // there is no kube-controller-manager, scheduler or kubelet: objects such as
 // EndpointSlices are written directly by the test, and nothing garbage
 // collects or finalizes namespaces. The apiserver runs with its default

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,11 @@ import (
 //     every pod network to its node, so the pods of all clusters reach each
 //     other (a flat network, as MCS assumes); the host forwards between
 //     them, which needs net.ipv4.ip_forward.
+//   - with NodeOptions.Family IPv6 or DualStack, the same in IPv6 (instead
+//     of IPv4, or beside it): fd00:250:N::1 and ::2 on the link (added
+//     without duplicate address detection, so usable at once), pods in
+//     fd00:244:N::/64, routes to every IPv6 pod network, and
+//     net.ipv6.conf.all.forwarding.
 //   - a private mount namespace inside it with tmpfs on /run, /var/lib and
 //     /var/log, so what the kubelet, containerd and the CNI plugins write
 //     there (sockets, pod logs, device-plugin sockets, pod netns files, IPAM
@@ -33,13 +37,16 @@ import (
 //     kube-proxy (nftables) in those namespaces; kube-scheduler and
 //     kube-controller-manager on the host.
 //
-// The API server binds and advertises 10.250.N.1, so pods reach it through
-// the kubernetes Service and the host's tests reach it directly.
+// The API server binds and advertises the host side of the link in the
+// primary family (10.250.N.1, or fd00:250:N::1 in IPv6 only), so pods reach
+// it through the kubernetes Service and the host's tests reach it directly.
+// Its Service range is 10.0.0.0/24, fd00:10:96::/112, or both.
 //
-// The kubelet sets a few kernel-wide sysctls; they and ip_forward are
-// recorded before the first node starts and restored when the last one
-// stops. Each node records what it created under nodeStateDir, so a later
-// run removes what a crashed one left (CleanStaleNodes).
+// The kubelet sets a few kernel-wide sysctls; they and both forwarding
+// switches are recorded before the first node starts and restored when the
+// last one stops. Each node records what it created (its routes of both
+// families among them) under nodeStateDir, so a later run removes what a
+// crashed one left (CleanStaleNodes).
 
 const (
 	nodeNetnsPrefix = "ea-node-"
@@ -56,9 +63,12 @@ const (
 )
 
 // hostSysctls are the kernel-wide settings the kubelet (or the flat pod
-// network) changes.
+// network) changes. They are restored in this order: writing IPv6's
+// all/forwarding also sets default/forwarding, which comes after it.
 var hostSysctls = []string{
 	"net/ipv4/ip_forward",
+	"net/ipv6/conf/all/forwarding",
+	"net/ipv6/conf/default/forwarding",
 	"kernel/panic",
 	"kernel/panic_on_oops",
 	"vm/overcommit_memory",
@@ -74,24 +84,39 @@ type nodeState struct {
 	Veth  string `json:"veth"`
 	Dir   string `json:"dir"`
 	Pids  []int  `json:"pids"`
-	Route string `json:"route"`
+	// Route is the one route of an IPv4 node written by an earlier
+	// version; Routes are every host route of the node, of both families.
+	Route  string   `json:"route,omitempty"`
+	Routes []string `json:"routes,omitempty"`
 }
 
 // nodeNet is the address plan of node N.
 type nodeNet struct {
-	index          int
-	netns, veth    string
-	hostIP, nodeIP net.IP
-	podCIDR        string
-	podGateway     net.IP
+	index       int
+	netns, veth string
+	family      Family
+	// nets holds each family's addresses, primary first.
+	nets []familyNet
 }
 
-func planNode(i int) nodeNet {
-	return nodeNet{
-		index: i, netns: nodeNetnsPrefix + strconv.Itoa(i), veth: nodeVethPrefix + strconv.Itoa(i),
-		hostIP: net.IPv4(10, 250, byte(i), 1), nodeIP: net.IPv4(10, 250, byte(i), 2),
-		podCIDR: fmt.Sprintf("10.244.%d.0/24", i), podGateway: net.IPv4(10, 244, byte(i), 1),
+func planNode(i int, family Family) nodeNet {
+	n := nodeNet{index: i, netns: nodeNetnsPrefix + strconv.Itoa(i), veth: nodeVethPrefix + strconv.Itoa(i), family: family.orDefault()}
+	for _, f := range family.IPFamilies() {
+		n.nets = append(n.nets, planFamily(i, f))
 	}
+	return n
+}
+
+// primary is the node's primary family: where the API server listens.
+func (n nodeNet) primary() familyNet { return n.nets[0] }
+
+// each returns what f gives for every family, primary first.
+func (n nodeNet) each(f func(familyNet) string) []string {
+	var out []string
+	for _, fn := range n.nets {
+		out = append(out, f(fn))
+	}
+	return out
 }
 
 var hostMu sync.Mutex
@@ -117,9 +142,10 @@ func run(name string, args ...string) error {
 }
 
 // setupNodeNetwork takes the first free node index and creates its network
-// namespace, veth pair and route, and saves the host's sysctls before the
-// first node changes them. The returned state is written to disk already.
-func setupNodeNetwork(dir string) (nodeNet, *nodeState, error) {
+// namespace, veth pair, addresses and routes in each of family's IP
+// families, and saves the host's sysctls before the first node changes
+// them. The returned state is written to disk already.
+func setupNodeNetwork(dir string, family Family) (nodeNet, *nodeState, error) {
 	hostMu.Lock()
 	defer hostMu.Unlock()
 	if err := os.MkdirAll(nodeStateDir, 0o700); err != nil {
@@ -133,7 +159,7 @@ func setupNodeNetwork(dir string) (nodeNet, *nodeState, error) {
 		if i > maxNodes {
 			return nodeNet{}, nil, errors.New("testenv: no free node index")
 		}
-		n = planNode(i)
+		n = planNode(i, family)
 		// Creating the namespace is the allocation: it fails when taken.
 		if run("ip", "netns", "add", n.netns) == nil {
 			break
@@ -152,28 +178,34 @@ func setupNodeNetwork(dir string) (nodeNet, *nodeState, error) {
 	if err := st.write(); err != nil {
 		return fail(err)
 	}
-	ns := func(args ...string) error { return run("ip", append([]string{"-n", n.netns}, args...)...) }
 	steps := []func() error{
 		func() error {
 			return run("ip", "link", "add", n.veth, "type", "veth", "peer", "name", "eth0", "netns", n.netns)
 		},
-		func() error { return run("ip", "addr", "add", n.hostIP.String()+"/24", "dev", n.veth) },
 		func() error { return run("ip", "link", "set", n.veth, "up") },
-		func() error { return ns("addr", "add", n.nodeIP.String()+"/24", "dev", "eth0") },
-		func() error { return ns("link", "set", "eth0", "up") },
-		func() error { return ns("link", "set", "lo", "up") },
-		func() error { return ns("route", "add", "default", "via", n.hostIP.String()) },
-		func() error {
-			return run("ip", "netns", "exec", n.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
-		},
-		func() error {
-			st.Route = n.podCIDR
-			if err := st.write(); err != nil {
-				return err
-			}
-			return run("ip", "route", "add", n.podCIDR, "via", n.nodeIP.String())
-		},
-		func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644) },
+		func() error { return run("ip", "-n", n.netns, "link", "set", "eth0", "up") },
+		func() error { return run("ip", "-n", n.netns, "link", "set", "lo", "up") },
+	}
+	for _, f := range n.nets {
+		steps = append(steps,
+			func() error { return run("ip", ipArgs("", f, addrArgs(f, f.hostIP, n.veth)...)...) },
+			func() error { return run("ip", ipArgs(n.netns, f, addrArgs(f, f.nodeIP, "eth0")...)...) },
+			func() error {
+				return run("ip", ipArgs(n.netns, f, "route", "add", "default", "via", f.hostIP.String())...)
+			},
+			func() error {
+				return run("ip", "netns", "exec", n.netns, "sh", "-c", "echo 1 > /proc/sys/"+forwardingSysctl(f))
+			},
+			func() error {
+				// Recorded first: a crash right after must not leave it.
+				st.Routes = append(st.Routes, f.podCIDR)
+				if err := st.write(); err != nil {
+					return err
+				}
+				return run("ip", ipArgs("", f, "route", "add", f.podCIDR, "via", f.nodeIP.String())...)
+			},
+			func() error { return os.WriteFile("/proc/sys/"+forwardingSysctl(f), []byte("1"), 0o644) },
+		)
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -205,8 +237,10 @@ func teardownNodeState(st *nodeState) {
 		killIfOurs(pid, st.Dir)
 	}
 	removeEmptyContainerCgroups(false)
-	if st.Route != "" {
-		_ = run("ip", "route", "del", st.Route)
+	for _, r := range append([]string{st.Route}, st.Routes...) {
+		if r != "" {
+			_ = run("ip", "route", "del", r)
+		}
 	}
 	if st.Veth != "" {
 		_ = run("ip", "link", "del", st.Veth) // removes its peer too
@@ -379,7 +413,8 @@ func saveHostSysctls() error {
 }
 
 // restoreHostSysctlsIfLast writes the saved values back when no node state
-// file is left.
+// file is left, in hostSysctls order, each only if it changed: writing a
+// forwarding switch resets every interface's own.
 func restoreHostSysctlsIfLast() {
 	if files, _ := filepath.Glob(filepath.Join(nodeStateDir, "node-*.json")); len(files) > 0 {
 		return
@@ -390,8 +425,12 @@ func restoreHostSysctlsIfLast() {
 	}
 	var saved map[string]string
 	if json.Unmarshal(b, &saved) == nil {
-		for k, v := range saved {
-			if k == cgroupParentKey {
+		for _, k := range hostSysctls {
+			v, ok := saved[k]
+			if !ok {
+				continue
+			}
+			if now, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(now)) == v {
 				continue
 			}
 			_ = os.WriteFile("/proc/sys/"+k, []byte(v), 0o644)

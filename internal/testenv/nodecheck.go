@@ -37,11 +37,12 @@ func checkNodeDeps() error {
 }
 
 // HostSnapshot is what a node may change on the host and must restore:
-// the sysctls, the network namespaces and links.
+// the sysctls, the network namespaces, links and routes (both families).
 type HostSnapshot struct {
 	Sysctls map[string]string
 	Netns   string
 	Links   string
+	Routes  string
 }
 
 // SnapshotHost records the host's state that nodes touch. Take it after
@@ -64,13 +65,25 @@ func SnapshotHost() HostSnapshot {
 		}
 	}
 	s.Links = strings.Join(links, " ")
+	var routes []string
+	for _, family := range []string{"-4", "-6"} {
+		out, _ = exec.Command("ip", family, "route", "show").Output()
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			// A learned route's lifetime counts down; it is not a change.
+			if i := strings.Index(l, " expires "); i >= 0 {
+				l = l[:i]
+			}
+			routes = append(routes, l)
+		}
+	}
+	s.Routes = strings.Join(routes, "\n")
 	return s
 }
 
 // Leftovers compares the host with before and lists what the nodes of
 // clusters whose directories are dirs left behind: processes, mounts,
 // directories, container cgroups, state files, and changed sysctls,
-// namespaces or links. Empty means the host is as it was.
+// namespaces, links or routes. Empty means the host is as it was.
 func Leftovers(before HostSnapshot, dirs ...string) []string {
 	var out []string
 	now := SnapshotHost()
@@ -82,6 +95,9 @@ func Leftovers(before HostSnapshot, dirs ...string) []string {
 	}
 	if now.Links != before.Links {
 		out = append(out, fmt.Sprintf("links %q, were %q", now.Links, before.Links))
+	}
+	if now.Routes != before.Routes {
+		out = append(out, fmt.Sprintf("routes:\n%s\nwere:\n%s", now.Routes, before.Routes))
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, d := range dirs {

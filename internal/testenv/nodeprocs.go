@@ -21,8 +21,13 @@ type Node struct {
 	// Name is the Node object's name: <cluster>-node.
 	Name string
 	// IP is the node's InternalIP; PodCIDR its pod network; HostIP the
-	// host side of its link, where the cluster's API server listens.
+	// host side of its link, where the cluster's API server listens. Each
+	// is of the primary family (IPv6 in an IPv6-only cluster).
 	IP, HostIP, PodCIDR string
+	// Family is the cluster's IP family plan; IPs, HostIPs, PodCIDRs and
+	// ServiceCIDRs hold one of each of its families, primary first.
+	Family                               Family
+	IPs, HostIPs, PodCIDRs, ServiceCIDRs []string
 	// Socket is containerd's address (for ctr).
 	Socket string
 
@@ -130,7 +135,7 @@ func (c *Cluster) startNode(assets string) error {
 		"--root-dir="+filepath.Join(n.dir, "kubelet"),
 		"--cert-dir="+filepath.Join(n.dir, "kubelet-certs"),
 		"--hostname-override="+n.Name,
-		"--node-ip="+n.IP, "--v=1"); err != nil {
+		"--node-ip="+strings.Join(n.IPs, ","), "--v=1"); err != nil {
 		return err
 	}
 	if _, err := n.start("kube-proxy", filepath.Join(assets, "kube-proxy"), true,
@@ -470,7 +475,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 		filepath.Join(n.dir, "containerd", "opt"), PauseImage, filepath.Join(n.dir, "cni", "net.d"))
 }
 
+// cniConfig is the bridge's configuration: host-local hands out one address
+// of each of the node's families (a range set per family) and routes each
+// family's default to the bridge.
 func cniConfig(n *Node) string {
+	var ranges, routes []string
+	for _, f := range n.net.nets {
+		ranges = append(ranges, fmt.Sprintf(`[{"subnet": %q, "gateway": %q}]`, f.podCIDR, f.podGateway))
+		dst := "0.0.0.0/0"
+		if f.ipv6() {
+			dst = "::/0"
+		}
+		routes = append(routes, fmt.Sprintf(`{"dst": %q}`, dst))
+	}
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "testenv",
@@ -482,13 +499,13 @@ func cniConfig(n *Node) string {
     "hairpinMode": true,
     "ipam": {
       "type": "host-local",
-      "ranges": [[{"subnet": %q, "gateway": %q}]],
-      "routes": [{"dst": "0.0.0.0/0"}],
+      "ranges": [%s],
+      "routes": [%s],
       "dataDir": %q
     }
   }]
 }
-`, n.PodCIDR, n.net.podGateway.String(), filepath.Join(n.dir, "cni", "ipam"))
+`, strings.Join(ranges, ", "), strings.Join(routes, ", "), filepath.Join(n.dir, "cni", "ipam"))
 }
 
 func kubeletConfig(n *Node, o NodeOptions) string {
@@ -546,5 +563,5 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, n.Name, n.IP, n.PodCIDR)
+`, kubeconfig, n.Name, n.IP, strings.Join(n.PodCIDRs, ","))
 }

@@ -34,7 +34,17 @@ const (
 // HTTP requests through the ClusterSet IP that kube-proxy programs from the
 // hub's MCS slices.
 func TestClusterSetOnRealNodes(t *testing.T) {
+	// In each IP family (IPv4, IPv6 only, dual-stack); beyond IPv4 it also
+	// checks the ClusterSet IPs, AAAA records and IPv6 traffic of each
+	// family (checkClusterSetFamilies).
+	for _, family := range testenv.Families {
+		t.Run(family.String(), func(t *testing.T) { clusterSetOnRealNodes(t, family) })
+	}
+}
+
+func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 	testenv.RequireRoot(t)
+	testenv.RequireFamily(t, family)
 	testenv.RequireAssets(t)
 	imageTar, imageRef := daemonImage(t)
 	before := testenv.SnapshotHost()
@@ -46,9 +56,9 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		}
 	})
 	cs := testenv.StartAllT(t,
-		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{ClusterDNSAtHost: true, Images: []string{imageTar}}}},
-		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{}}},
-		testenv.Spec{Name: "west", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{}}},
+		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{ClusterDNSAtHost: true, Images: []string{imageTar}, Family: family}}},
+		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{Family: family}}},
+		testenv.Spec{Name: "west", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{Family: family}}},
 	)
 	hub, east, west := cs[0], cs[1], cs[2]
 	for _, c := range cs {
@@ -81,6 +91,7 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		}
 		mcs := mcsclientset.NewForConfigOrDie(m.Config)
 		for _, svc := range []*corev1.Service{echoService(appNS, "echo", false), echoService(appNS, "echo-headless", true)} {
+			ofFamily(svc, family)
 			if _, err := m.Client.CoreV1().Services(appNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -135,13 +146,15 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range list.Items {
-				want = append(want, p.Status.PodIP)
+				for _, ip := range p.Status.PodIPs {
+					want = append(want, ip.IP)
+				}
 			}
 		}
 		sort.Strings(want)
 		name := "echo-headless." + appNS + ".svc.clusterset.local"
 		eventually(t, time.Minute, func() error {
-			body, err := get("http://" + clientIP + ":8080/resolve?name=" + name)
+			body, err := get(podURL(clientIP, "/resolve?name="+name))
 			if err != nil {
 				return err
 			}
@@ -153,6 +166,11 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			return nil
 		})
 	})
+	if family.HasIPv6() {
+		t.Run("one ClusterSet IP per family, AAAA records, traffic over IPv6", func(t *testing.T) {
+			checkClusterSetFamilies(t, hub, family, clientIP, east, west)
+		})
+	}
 	t.Run("scaling a member to zero moves every request to the other", func(t *testing.T) {
 		scale, err := east.Client.AppsV1().Deployments(appNS).GetScale(ctx, "echo", metav1.GetOptions{})
 		if err != nil {
@@ -265,7 +283,7 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		}
 		// Settled: nothing changed in the members meanwhile.
 		eventually(t, time.Minute, func() error {
-			m, err := get("http://" + ip + ":8080/metrics")
+			m, err := get(podURL(ip, "/metrics"))
 			if err != nil {
 				return err
 			}
@@ -281,7 +299,7 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 		quiet := 0
 		eventually(t, time.Minute, func() error {
 			var err error
-			if m, err = get("http://" + ip + ":8080/metrics"); err != nil {
+			if m, err = get(podURL(ip, "/metrics")); err != nil {
 				return err
 			}
 			depth := sumSeries(m, `endpoint_aggregator_workqueue_depth{name="endpoint_aggregator"}`)
@@ -314,7 +332,7 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			m := m
 			if p.Name != holder {
 				var err error
-				if m, err = get("http://" + p.Status.PodIP + ":8080/metrics"); err != nil {
+				if m, err = get(podURL(p.Status.PodIP, "/metrics")); err != nil {
 					t.Fatal(err)
 				}
 			}

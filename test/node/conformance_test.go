@@ -36,10 +36,20 @@ const conformanceEnv = "ENDPOINT_AGGREGATOR_MCS_CONFORMANCE"
 // MutatingAdmissionPolicy in each cluster sets imagePullPolicy Never on the
 // suite's pods; nothing else of the suite is changed. It passes only if
 // every spec the suite selected ran and passed (conformanceVerdict): Ginkgo
-// itself exits 0 when no spec ran, or when specs skip themselves.
+// itself exits 0 when no spec ran, or when specs skip themselves. It runs
+// in each IP family (IPv4, IPv6 only, dual-stack); in dual-stack, a second
+// policy makes the suite's Services PreferDualStack, so that its imports
+// carry an IP of each family.
 func TestMCSConformance(t *testing.T) {
+	for _, family := range testenv.Families {
+		t.Run(family.String(), func(t *testing.T) { mcsConformance(t, family) })
+	}
+}
+
+func mcsConformance(t *testing.T, family testenv.Family) {
 	testenv.RequireRoot(t)
 	testenv.RequireAssets(t)
+	testenv.RequireFamily(t, family)
 	suite := os.Getenv(conformanceEnv)
 	if suite == "" {
 		t.Fatalf("%s is not set: run `make mcs-conformance` and point it at the binary (make test-node does)", conformanceEnv)
@@ -55,7 +65,7 @@ func TestMCSConformance(t *testing.T) {
 	var specs []testenv.Spec
 	for _, n := range names {
 		specs = append(specs, testenv.Spec{Name: n, Options: testenv.Options{CRDs: true,
-			Node: &testenv.NodeOptions{ClusterDNSAtHost: true, MCSConformance: true}}})
+			Node: &testenv.NodeOptions{ClusterDNSAtHost: true, MCSConformance: true, Family: family}}})
 	}
 	cs := testenv.StartAllT(t, specs...)
 	for _, c := range cs {
@@ -66,6 +76,9 @@ func TestMCSConformance(t *testing.T) {
 		testenv.StartCoreDNSAt(t, c.KubeconfigPath, c.Node.HostIP)
 		mustCreateNamespace(t, c.Client, daemonNS)
 		neverPull(t, c)
+		if family == testenv.FamilyDualStack {
+			dualStackServices(t, c)
+		}
 		for _, other := range cs {
 			if other != c {
 				register(t, c, daemonNS, other)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,7 +147,7 @@ func get(url string) (string, error) {
 // answers counts, per cluster, the answers of n requests to target sent
 // from the client pod at clientIP, and the failed ones.
 func answers(clientIP, target string, n int) (map[string]int, int, error) {
-	body, err := get(fmt.Sprintf("http://%s:8080/fetch?n=%d&url=%s", clientIP, n, target))
+	body, err := get(podURL(clientIP, fmt.Sprintf("/fetch?n=%d&url=%s", n, url.QueryEscape(target))))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,13 +19,21 @@ import (
 
 // TestNodeRunsAPodAndLeavesNothing starts a cluster with a real node, runs
 // the echo server in a Pod with a readiness probe, talks to it over the pod
-// network from the host, and checks that stopping the cluster leaves no
-// process, link, namespace, mount, cgroup or changed sysctl behind.
+// network from the host at each of its IPs, and checks that stopping the
+// cluster leaves no process, link, route, namespace, mount, cgroup or
+// changed sysctl behind; in each IP family.
 func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
+	for _, family := range testenv.Families {
+		t.Run(family.String(), func(t *testing.T) { nodeRunsAPodAndLeavesNothing(t, family) })
+	}
+}
+
+func nodeRunsAPodAndLeavesNothing(t *testing.T, family testenv.Family) {
 	testenv.RequireRoot(t)
 	testenv.RequireAssets(t)
+	testenv.RequireFamily(t, family)
 	before := testenv.SnapshotHost()
-	c, err := testenv.Start("nodetest", testenv.Options{Node: &testenv.NodeOptions{}})
+	c, err := testenv.Start("nodetest", testenv.Options{Node: &testenv.NodeOptions{Family: family}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +49,24 @@ func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	}
 	started := time.Now()
 	p := waitPodReady(t, c, "default", "echo", 90*time.Second)
-	t.Logf("pod Running and Ready %s after its creation, IP %s", time.Since(started).Round(time.Millisecond), p.Status.PodIP)
-	resp, err := http.Get("http://" + p.Status.PodIP + ":8080/")
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("pod Running and Ready %s after its creation, IPs %v", time.Since(started).Round(time.Millisecond), p.Status.PodIPs)
+	var ips []string
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if !strings.HasPrefix(string(body), "cluster=nodetest pod=echo") {
-		t.Errorf("the pod answered %q", body)
+	if got, err := familiesOf(ips); err != nil || !slices.Equal(got, family.IPFamilies()) {
+		t.Errorf("pod IPs %v are of families %v (%v), want one of each of %v", ips, got, err, family.IPFamilies())
+	}
+	for _, ip := range ips {
+		resp, err := http.Get(podURL(ip, "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if !strings.HasPrefix(string(body), "cluster=nodetest pod=echo") {
+			t.Errorf("the pod answered %q at %s", body, ip)
+		}
 	}
 
 	dir := c.Dir

@@ -406,9 +406,12 @@ image-docker: ## Build the same image IMAGE_REPO:IMAGE_TAG from the Dockerfile w
 # gives the same files (SOURCE_DATE_EPOCH sets their times). With REGISTRY
 # (a registry host and optional path) it pushes the image to
 # REGISTRY/endpoint-aggregator:vX.Y.Z, which the packaged chart then
-# defaults to, and the chart to oci://REGISTRY/charts.
+# defaults to, and the chart to oci://REGISTRY/charts. REGISTRY_CA (a PEM
+# file) is the CA of the registry's certificate when the system does not
+# trust it; the pushes then use TLS even to loopback.
 VERSION ?=
 REGISTRY ?=
+REGISTRY_CA ?=
 RELEASE_DIR := bin/release
 
 .PHONY: release
@@ -416,4 +419,4 @@ release: $(HELM) ## Build release VERSION=vX.Y.Z into bin/release (multi-arch im
 	@if [ -z "$(VERSION)" ]; then echo "release: set VERSION=vX.Y.Z"; exit 1; fi
 	env -u GOOS -u GOARCH $(GO) run -C hack/image . release -version $(VERSION) \
 		$(if $(IMAGE_REVISION),-revision $(IMAGE_REVISION)) -source $(CURDIR) -o $(CURDIR)/$(RELEASE_DIR) \
-		-go $(GO) -helm $(HELM) $(if $(REGISTRY),-registry $(REGISTRY))
+		-go $(GO) -helm $(HELM) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca-file $(abspath $(REGISTRY_CA)))

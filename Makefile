@@ -166,13 +166,15 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 
 # The real-node tests (test/node): clusters with a kubelet, containerd and
 # kube-proxy each, pods and traffic. They need root (CI has it); without it
-# they skip and say so.
+# they skip and say so. They build their own releases of the tree (as `make
+# release` does, without the CLI archives) and pull them from a registry they
+# run, so they need no `make image`.
 .PHONY: test-node
 test-node: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-node: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-node: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-node: export ENDPOINT_AGGREGATOR_MCS_CONFORMANCE = $(MCS_CONFORMANCE)
-test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps image ## Run the real-node tests (test/node): the chart's pods and traffic on real kubelets; needs root, skips without
+test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps ## Run the real-node tests (test/node): releases pulled from a local registry, the chart's pods and traffic on real kubelets; needs root, skips without
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -222,6 +224,9 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			if !strings.Contains(p.environ, "GOMEMLIMIT=") {
 				t.Errorf("pid %d: no GOMEMLIMIT in its environment", p.pid)
 			}
+			if v := p.version(t); v != previous.Version {
+				t.Errorf("pid %d runs version %q, want %s", p.pid, v, previous.Version)
+			}
 		}
 	})
 	var leader string
@@ -305,6 +310,16 @@ func TestClusterSetOnRealNodes(t *testing.T) {
 			t.Fatalf("%d pods of the new release run, want 3", len(upgraded))
 		}
 		checkPulled(t, upgraded, reg, current)
+		eventually(t, time.Minute, func() error {
+			var versions []string
+			for _, p := range daemonProcesses(t) {
+				versions = append(versions, p.version(t))
+			}
+			if len(versions) != 3 || slices.ContainsFunc(versions, func(v string) bool { return v != current.Version }) {
+				return fmt.Errorf("the daemon processes on the hub node run %q, want 3 of %s", versions, current.Version)
+			}
+			return nil
+		})
 		// Every new replica has worked off its start (the leader its
 		// takeover, the others the members they took over).
 		pages := waitQuiet(t, upgraded)
@@ -500,6 +515,23 @@ func daemonProcesses(t *testing.T) []daemonProcess {
 		out = append(out, daemonProcess{pid: pid, status: string(status), environ: string(environ), readOnlyRoot: ro})
 	}
 	return out
+}
+
+// version is what the process's binary (the one in its container) says of
+// itself with `version`, "" if it has exited.
+func (p daemonProcess) version(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(fmt.Sprintf("/proc/%d/exe", p.pid), "version").Output()
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "version: "); ok {
+			return v
+		}
+	}
+	t.Errorf("pid %d: version printed %q", p.pid, out)
+	return ""
 }
 
 // sumSeries adds up the values of every series of metric in a /metrics page;

@@ -166,13 +166,15 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 
 # The real-node tests (test/node): clusters with a kubelet, containerd and
 # kube-proxy each, pods and traffic. They need root (CI has it); without it
-# they skip and say so.
+# they skip and say so. They build their own releases of the tree (as `make
+# release` does, without the CLI archives) and pull them from a registry they
+# run, so they need no `make image`.
 .PHONY: test-node
 test-node: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-node: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-node: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-node: export ENDPOINT_AGGREGATOR_MCS_CONFORMANCE = $(MCS_CONFORMANCE)
-test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps image ## Run the real-node tests (test/node): the chart's pods and traffic on real kubelets; needs root, skips without
+test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps ## Run the real-node tests (test/node): releases pulled from a local registry, the chart's pods and traffic on real kubelets; needs root, skips without
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.
@@ -406,9 +408,12 @@ image-docker: ## Build the same image IMAGE_REPO:IMAGE_TAG from the Dockerfile w
 # gives the same files (SOURCE_DATE_EPOCH sets their times). With REGISTRY
 # (a registry host and optional path) it pushes the image to
 # REGISTRY/endpoint-aggregator:vX.Y.Z, which the packaged chart then
-# defaults to, and the chart to oci://REGISTRY/charts.
+# defaults to, and the chart to oci://REGISTRY/charts. REGISTRY_CA (a PEM
+# file) is the CA of the registry's certificate when the system does not
+# trust it; the pushes then use TLS even to loopback.
 VERSION ?=
 REGISTRY ?=
+REGISTRY_CA ?=
 RELEASE_DIR := bin/release
 
 .PHONY: release
@@ -416,4 +421,4 @@ release: $(HELM) ## Build release VERSION=vX.Y.Z into bin/release (multi-arch im
 	@if [ -z "$(VERSION)" ]; then echo "release: set VERSION=vX.Y.Z"; exit 1; fi
 	env -u GOOS -u GOARCH $(GO) run -C hack/image . release -version $(VERSION) \
 		$(if $(IMAGE_REVISION),-revision $(IMAGE_REVISION)) -source $(CURDIR) -o $(CURDIR)/$(RELEASE_DIR) \
-		-go $(GO) -helm $(HELM) $(if $(REGISTRY),-registry $(REGISTRY))
+		-go $(GO) -helm $(HELM) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(REGISTRY_CA),-ca-file $(abspath $(REGISTRY_CA)))

@@ -8,6 +8,9 @@
 // index, the CLI archives, their SBOMs, the packaged chart and SHA256SUMS
 // (release.go).
 //
+// `image registry` serves an in-memory registry over HTTPS for the real-node
+// tests (registry.go).
+//
 // It is a module of its own (hack/image/go.mod) so go-containerregistry never
 // enters the daemon's dependency graph.
 package main
@@ -45,6 +48,9 @@ func run(args []string) error {
 	}
 	if len(args) > 0 && args[0] == "release" {
 		return runRelease(args[1:])
+	}
+	if len(args) > 0 && args[0] == "registry" {
+		return runRegistry(args[1:])
 	}
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	binary := fs.String("binary", "", "the static linux daemon binary (required)")

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -59,11 +62,18 @@ type ReleaseOptions struct {
 	// and the chart (oci://Registry/charts) are pushed; the packaged chart
 	// then defaults to that image repository.
 	Registry string
+	// RegistryCA, when set, is the PEM CA the registry's certificate is
+	// checked against (besides the system's), for the image push and
+	// `helm push --ca-file`; the push is then over TLS even to loopback.
+	RegistryCA string
 	// Created is every timestamp the artifacts carry (SOURCE_DATE_EPOCH).
 	Created time.Time
 	// CLIPlatforms are the CLI archives to build (default: CLIPlatforms).
 	CLIPlatforms []Platform
-	Log          io.Writer
+	// SkipCLI builds no CLI archives and no CLI SBOM: the image and the
+	// chart only (the real-node tests).
+	SkipCLI bool
+	Log     io.Writer
 }
 
 // ReleaseResult is what a release wrote.
@@ -94,6 +104,8 @@ func runRelease(args []string) error {
 	fs.StringVar(&o.Go, "go", "go", "the go command")
 	fs.StringVar(&o.Helm, "helm", "", "the helm command (no chart without it)")
 	fs.StringVar(&o.Registry, "registry", "", "push the image to REGISTRY/endpoint-aggregator and the chart to oci://REGISTRY/charts")
+	fs.StringVar(&o.RegistryCA, "ca-file", "", "with -registry: the PEM CA of the registry's TLS certificate")
+	fs.BoolVar(&o.SkipCLI, "no-cli", false, "build only the image and the chart (no CLI archives)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,7 +134,9 @@ func Release(ctx context.Context, o ReleaseOptions) (*ReleaseResult, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	if o.CLIPlatforms == nil {
+	if o.SkipCLI {
+		o.CLIPlatforms = nil
+	} else if o.CLIPlatforms == nil {
 		o.CLIPlatforms = CLIPlatforms
 	}
 	if o.Go == "" {
@@ -190,20 +204,7 @@ func Release(ctx context.Context, o ReleaseOptions) (*ReleaseResult, error) {
 	}
 
 	// The CLI archives.
-	var cliBins []string
-	for _, p := range o.CLIPlatforms {
-		archive := filepath.Join(o.Out, artifactName(o.Version, p.OS+"_"+p.Arch+".tar.gz"))
-		if err := writeCLIArchive(archive, o.Source, bins[p], o.Created); err != nil {
-			return nil, err
-		}
-		cliBins = append(cliBins, bins[p])
-		fmt.Fprintf(o.Log, "%s\n", archive)
-	}
-	cliSBOM, err := NewCLISBOM(o.Version, o.Created, cliBins)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeSBOM(filepath.Join(o.Out, artifactName(o.Version, "cli.cdx.json")), cliSBOM); err != nil {
+	if err := writeCLI(o, bins); err != nil {
 		return nil, err
 	}
 
@@ -228,6 +229,28 @@ func Release(ctx context.Context, o ReleaseOptions) (*ReleaseResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// writeCLI writes the CLI archive of each o.CLIPlatforms (bins holds
+// their binaries) and their SBOM; nothing without CLI platforms.
+func writeCLI(o ReleaseOptions, bins map[Platform]string) error {
+	if len(o.CLIPlatforms) == 0 {
+		return nil
+	}
+	var cliBins []string
+	for _, p := range o.CLIPlatforms {
+		archive := filepath.Join(o.Out, artifactName(o.Version, p.OS+"_"+p.Arch+".tar.gz"))
+		if err := writeCLIArchive(archive, o.Source, bins[p], o.Created); err != nil {
+			return err
+		}
+		cliBins = append(cliBins, bins[p])
+		fmt.Fprintf(o.Log, "%s\n", archive)
+	}
+	cliSBOM, err := NewCLISBOM(o.Version, o.Created, cliBins)
+	if err != nil {
+		return err
+	}
+	return writeSBOM(filepath.Join(o.Out, artifactName(o.Version, "cli.cdx.json")), cliSBOM)
 }
 
 // artifactName is endpoint-aggregator_VERSION_SUFFIX.
@@ -346,17 +369,27 @@ func push(ctx context.Context, o ReleaseOptions, res *ReleaseResult) error {
 	if err != nil {
 		return err
 	}
-	if err := remote.WriteIndex(ref, res.Index, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	args := []string{"push", res.Chart, "oci://" + strings.TrimSuffix(o.Registry, "/") + "/charts"}
+	switch {
+	case o.RegistryCA != "":
+		tr, err := caTransport(o.RegistryCA)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, remote.WithTransport(tr))
+		args = append(args, "--ca-file", o.RegistryCA)
+	case ref.Scheme() == "http":
+		// Plain HTTP where go-containerregistry falls back to it:
+		// localhost and loopback.
+		args = append(args, "--plain-http")
+	}
+	if err := remote.WriteIndex(ref, res.Index, opts...); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	fmt.Fprintf(o.Log, "pushed %s@%s\n", ref, res.IndexDigest)
 	if res.Chart == "" {
 		return nil
-	}
-	args := []string{"push", res.Chart, "oci://" + strings.TrimSuffix(o.Registry, "/") + "/charts"}
-	// Plain HTTP where go-containerregistry uses it: localhost and loopback.
-	if ref.Scheme() == "http" {
-		args = append(args, "--plain-http")
 	}
 	cmd := exec.CommandContext(ctx, o.Helm, args...)
 	b, err := cmd.CombinedOutput()
@@ -365,4 +398,23 @@ func push(ctx context.Context, o ReleaseOptions, res *ReleaseResult) error {
 	}
 	_, _ = o.Log.Write(b)
 	return nil
+}
+
+// caTransport is go-containerregistry's default transport trusting the PEM
+// CA in caFile besides the system's roots.
+func caTransport(caFile string) (http.RoundTripper, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	tr := remote.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return tr, nil
 }

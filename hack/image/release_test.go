@@ -10,9 +10,11 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -37,8 +39,8 @@ import (
 
 // The release the tests build once: the real daemon for the image's
 // platforms (one CLI archive, linux/amd64, to keep the test short),
-// pushed to an in-memory registry on loopback. The chart is packaged and
-// pushed only when ENDPOINT_AGGREGATOR_HELM names a helm binary.
+// pushed to an in-memory registry on loopback that serves HTTPS only, with
+// its certificate given as -ca-file (so helm push must not use plain HTTP).
 const (
 	testVersion  = "v0.1.0-rc.1"
 	testRevision = "0123456789abcdef0123456789abcdef01234567"
@@ -51,6 +53,8 @@ type testRelease struct {
 	opts     ReleaseOptions
 	res      *ReleaseResult
 	registry string
+	// transport trusts the registry's certificate.
+	transport http.RoundTripper
 }
 
 var (
@@ -75,9 +79,14 @@ func buildTestRelease(t *testing.T) *testRelease {
 			return
 		}
 		cleanups = append(cleanups, func() { _ = os.RemoveAll(tmp) })
-		srv := httptest.NewServer(registry.New(registry.Logger(discardLogger())))
+		srv := httptest.NewTLSServer(registry.New(registry.Logger(discardLogger())))
 		cleanups = append(cleanups, srv.Close)
 		u, _ := url.Parse(srv.URL)
+		ca := filepath.Join(tmp, "registry-ca.pem")
+		if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+			releaseErr = err
+			return
+		}
 		// No Docker or Helm configuration: anonymous pushes, nothing of the user's read or written.
 		for k, v := range map[string]string{
 			"DOCKER_CONFIG": tmp, "HELM_CONFIG_HOME": filepath.Join(tmp, "helm-config"),
@@ -90,6 +99,9 @@ func buildTestRelease(t *testing.T) *testRelease {
 			}
 		}
 		r := &testRelease{registry: u.Host + "/ea"}
+		if r.transport, releaseErr = caTransport(ca); releaseErr != nil {
+			return
+		}
 		r.opts = ReleaseOptions{
 			Version:      testVersion,
 			Revision:     testRevision,
@@ -97,6 +109,7 @@ func buildTestRelease(t *testing.T) *testRelease {
 			Out:          filepath.Join(tmp, "release"),
 			Helm:         helm,
 			Registry:     r.registry,
+			RegistryCA:   ca,
 			Created:      testCreated,
 			CLIPlatforms: []Platform{{"linux", "amd64"}},
 		}
@@ -570,7 +583,7 @@ func TestReleasePushRoundTrips(t *testing.T) {
 	if want := r.registry + "/endpoint-aggregator:" + testVersion; r.res.ImageRef != want {
 		t.Errorf("image %s, want %s", r.res.ImageRef, want)
 	}
-	idx, err := remote.Index(ref)
+	idx, err := remote.Index(ref, remote.WithTransport(r.transport))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +597,7 @@ func TestReleasePushRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := remote.Image(chartRef)
+	img, err := remote.Image(chartRef, remote.WithTransport(r.transport))
 	if err != nil {
 		t.Fatalf("the pushed chart: %v", err)
 	}
@@ -594,6 +607,15 @@ func TestReleasePushRoundTrips(t *testing.T) {
 	}
 	if m.Config.MediaType != "application/vnd.cncf.helm.config.v1+json" {
 		t.Errorf("the pushed chart's config is %s", m.Config.MediaType)
+	}
+	// Its one layer is the packaged chart, byte for byte.
+	b, err := os.ReadFile(r.res.Chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	if len(m.Layers) != 1 || m.Layers[0].Digest.Hex != hex.EncodeToString(sum[:]) {
+		t.Errorf("the pushed chart's layers %+v, want one of sha256:%x", m.Layers, sum)
 	}
 }
 
@@ -620,6 +642,18 @@ func TestReleaseChartDefaultsToTheReleaseImage(t *testing.T) {
 	want := `image: "` + r.res.ImageRef + `"`
 	if n := strings.Count(string(out), "image: "); n == 0 || n != strings.Count(string(out), want) {
 		t.Errorf("helm template renders %d images, %d of them %s", n, strings.Count(string(out), want), want)
+	}
+	// That reference, asked of the registry, is the index the release pushed.
+	ref, err := name.ParseReference(r.res.ImageRef, name.StrictValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Head(ref, remote.WithTransport(r.transport))
+	if err != nil {
+		t.Fatalf("the chart's default image %s: %v", ref, err)
+	}
+	if desc.Digest != r.res.IndexDigest || desc.MediaType != types.OCIImageIndex {
+		t.Errorf("the chart's default image %s is %s %s in the registry, want the index %s", ref, desc.MediaType, desc.Digest, r.res.IndexDigest)
 	}
 }
 

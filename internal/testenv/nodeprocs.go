@@ -77,7 +77,7 @@ func (n *Node) start(name, bin string, inNode bool, args ...string) (*nodeProc, 
 func (c *Cluster) startNode(assets string) error {
 	n := c.Node
 	n.Name = c.Name + "-node"
-	for _, d := range []string{"containerd", "cni/net.d", "cni/ipam", "kubelet", "kubelet-certs"} {
+	for _, d := range []string{"containerd", "certs.d", "cni/net.d", "cni/ipam", "kubelet", "kubelet-certs"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
 			return err
 		}
@@ -201,8 +201,9 @@ func (n *Node) waitContainerd(timeout time.Duration) error {
 }
 
 // importImages imports the pause and echo images, with o.MCSConformance
-// the suite's stand-ins, and o.Images into containerd (nothing is ever
-// pulled).
+// the suite's stand-ins, and o.Images into containerd; those are never
+// pulled (what a node pulls comes from a Registry it trusts, see
+// Node.TrustRegistry).
 func (n *Node) importImages(o NodeOptions) error {
 	images, err := testImages()
 	if err != nil {
@@ -357,11 +358,11 @@ func goBuild(dir, pkg string) (string, error) {
 
 // testImage runs `hack/image test-image args`.
 func testImage(args ...string) error {
-	root, err := moduleRoot()
+	bin, err := hackImage()
 	if err != nil {
 		return err
 	}
-	mk := exec.Command("go", append([]string{"run", "-C", filepath.Join(root, "hack", "image"), ".", "test-image"}, args...)...)
+	mk := exec.Command(bin, append([]string{"test-image"}, args...)...)
 	if out, err := mk.CombinedOutput(); err != nil {
 		return fmt.Errorf("hack/image test-image %s: %v: %s", strings.Join(args, " "), err, out)
 	}
@@ -471,8 +472,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[6]q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[7]q
 `, filepath.Join(n.dir, "containerd", "root"), filepath.Join(n.dir, "containerd", "state"), n.Socket,
-		filepath.Join(n.dir, "containerd", "opt"), PauseImage, filepath.Join(n.dir, "cni", "net.d"))
+		filepath.Join(n.dir, "containerd", "opt"), PauseImage, filepath.Join(n.dir, "cni", "net.d"),
+		filepath.Join(n.dir, "certs.d"))
 }
 
 // cniConfig is the bridge's configuration: host-local hands out one address

@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,11 +17,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
@@ -25,14 +31,22 @@ const (
 	release  = "endpoint-aggregator"
 	daemonNS = "endpoint-aggregator"
 	appNS    = "shop"
+
+	// The release the test installs, and the one it upgrades to. There is
+	// no earlier release to upgrade from, so both are built from this tree,
+	// differing only in their version (and so in their images' digests).
+	previousVersion = "v0.0.9"
+	currentVersion  = "v0.1.0"
 )
 
 // TestClusterSetOnRealNodes is the tier users live in: a hub and two
-// members, each with a real node; the chart installed into the hub with the
-// image `make image` built; real Deployments in the members; a client pod
-// in the hub that resolves clusterset.local names through CoreDNS and sends
-// HTTP requests through the ClusterSet IP that kube-proxy programs from the
-// hub's MCS slices.
+// members, each with a real node; a release of this tree pushed to a
+// registry (TLS, its own CA), its chart installed into the hub with `helm
+// install oci://`, and its image pulled by the hub node's containerd; real
+// Deployments in the members; a client pod in the hub that resolves
+// clusterset.local names through CoreDNS and sends HTTP requests through
+// the ClusterSet IP that kube-proxy programs from the hub's MCS slices; an
+// upgrade to the next release.
 func TestClusterSetOnRealNodes(t *testing.T) {
 	// In each IP family (IPv4, IPv6 only, dual-stack); beyond IPv4 it also
 	// checks the ClusterSet IPs, AAAA records and IPv6 traffic of each
@@ -46,7 +60,6 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 	testenv.RequireRoot(t)
 	testenv.RequireFamily(t, family)
 	testenv.RequireAssets(t)
-	imageTar, imageRef := daemonImage(t)
 	before := testenv.SnapshotHost()
 	var dirs []string
 	// Registered before the clusters' own cleanup, so it runs after it.
@@ -56,13 +69,30 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 		}
 	})
 	cs := testenv.StartAllT(t,
-		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{ClusterDNSAtHost: true, Images: []string{imageTar}, Family: family}}},
+		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{ClusterDNSAtHost: true, Family: family}}},
 		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{Family: family}}},
 		testenv.Spec{Name: "west", Options: testenv.Options{CRDs: true, Node: &testenv.NodeOptions{Family: family}}},
 	)
 	hub, east, west := cs[0], cs[1], cs[2]
 	for _, c := range cs {
 		dirs = append(dirs, c.Dir)
+	}
+	// The registry, on 127.0.0.1 for helm and on the hub node's link for
+	// its containerd, and the two releases in it.
+	reg := testenv.StartRegistry(t, hub.Node.HostIP)
+	dirs = append(dirs, reg.Dir)
+	if err := hub.Node.TrustRegistry(reg); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	previous := testenv.BuildRelease(t, reg, previousVersion)
+	current := testenv.BuildRelease(t, reg, currentVersion)
+	t.Logf("releases built and pushed in %s: %s, %s", time.Since(start).Round(100*time.Millisecond), previous, current)
+	if previous.IndexDigest == current.IndexDigest {
+		t.Fatalf("%s and %s have the same image: the upgrade would not replace it", previous, current)
+	}
+	for _, r := range []*testenv.Release{previous, current} {
+		checkChartImageInRegistry(t, hub, reg, r)
 	}
 	testenv.StartCoreDNSAt(t, hub.KubeconfigPath, hub.Node.HostIP)
 	ctx := context.Background()
@@ -73,16 +103,17 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 	register(t, hub, daemonNS, east)
 	register(t, hub, daemonNS, west)
 
-	repo, tag, _ := strings.Cut(imageRef, ":")
-	start := time.Now()
-	helm(t, hub.KubeconfigPath, "install", release, "../../charts/endpoint-aggregator", "-n", daemonNS,
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--set", "replicas=3", "--wait", "--timeout", "3m")
-	t.Logf("helm install --wait: %s", time.Since(start).Round(100*time.Millisecond))
+	// The chart's defaults but for the replicas: the image is the
+	// release's, pulled from the registry.
+	start = time.Now()
+	helm(t, hub.KubeconfigPath, "install", release, previous.ChartRef, "--version", previous.ChartVersion,
+		"--ca-file", reg.CAFile, "-n", daemonNS, "--set", "replicas=3", "--wait", "--timeout", "3m")
+	t.Logf("helm install %s --version %s --wait: %s", previous.ChartRef, previous.ChartVersion, time.Since(start).Round(100*time.Millisecond))
 	pods := daemonPods(t, hub)
 	if len(pods) != 3 {
 		t.Fatalf("%d daemon pods, want 3", len(pods))
 	}
+	checkPulled(t, pods, reg, previous)
 
 	// The members' workloads: real Deployments, Services and exports.
 	for _, m := range []*testenv.Cluster{east, west} {
@@ -211,6 +242,9 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 			if !strings.Contains(p.environ, "GOMEMLIMIT=") {
 				t.Errorf("pid %d: no GOMEMLIMIT in its environment", p.pid)
 			}
+			if v := p.version(t); v != previous.Version {
+				t.Errorf("pid %d runs version %q, want %s", p.pid, v, previous.Version)
+			}
 		}
 	})
 	var leader string
@@ -256,14 +290,26 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 			t.Errorf("the lease went to %s, not to one of the replicas already running, %v", holder, others)
 		}
 	})
-	t.Run("helm upgrade rolls the three sharing pods under traffic: no request fails, the new replicas write nothing to a converged hub", func(t *testing.T) {
+	t.Run("upgrading to the next release from the registry, CRDs first, under traffic: no request fails, nothing aggregated is rewritten", func(t *testing.T) {
 		old := map[string]bool{}
 		for _, p := range daemonPods(t, hub) {
 			old[p.Name] = true
 		}
+		// Converged: every replica has worked off what the takeover above
+		// moved to it.
+		waitQuiet(t, runningDaemonPods(t, hub, nil))
+		aggregated := aggregatedVersions(t, hub)
 		loop := startClientLoop(clientIP, clusterset)
-		helm(t, hub.KubeconfigPath, "upgrade", release, "../../charts/endpoint-aggregator", "-n", daemonNS, "--reuse-values",
-			"--set", "workers=3", "--wait", "--timeout", "3m")
+		start := time.Now()
+		// As the README's "Upgrading" says: the new release's CRDs first
+		// (Helm never upgrades them), then helm upgrade.
+		pulled := t.TempDir()
+		helm(t, hub.KubeconfigPath, "pull", current.ChartRef, "--version", current.ChartVersion, "--ca-file", reg.CAFile,
+			"--untar", "-d", pulled)
+		kubectl(t, hub, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(pulled, "endpoint-aggregator", "crds"))
+		helm(t, hub.KubeconfigPath, "upgrade", release, current.ChartRef, "--version", current.ChartVersion, "--ca-file", reg.CAFile,
+			"-n", daemonNS, "--reset-then-reuse-values", "--wait", "--timeout", "3m")
+		t.Logf("CRDs applied and helm upgrade to %s --wait: %s", current.ChartVersion, time.Since(start).Round(100*time.Millisecond))
 		var holder string
 		eventually(t, 2*time.Minute, func() error {
 			holder = leaseHolderPod(t, hub)
@@ -272,73 +318,58 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 			}
 			return nil
 		})
-		var ip string
 		for _, p := range daemonPods(t, hub) {
-			if p.Name == holder {
-				ip = p.Status.PodIP
-			}
 			if old[p.Name] && p.DeletionTimestamp == nil {
 				t.Errorf("pod %s of the old release still runs", p.Name)
 			}
 		}
-		// Settled: nothing changed in the members meanwhile.
+		upgraded := runningDaemonPods(t, hub, old)
+		if len(upgraded) != 3 {
+			t.Fatalf("%d pods of the new release run, want 3", len(upgraded))
+		}
+		checkPulled(t, upgraded, reg, current)
 		eventually(t, time.Minute, func() error {
-			m, err := get(podURL(ip, "/metrics"))
-			if err != nil {
-				return err
+			var versions []string
+			for _, p := range daemonProcesses(t) {
+				versions = append(versions, p.version(t))
 			}
-			if !strings.Contains(m, "endpoint_aggregator_leader 1") {
-				return fmt.Errorf("%s does not say it leads", holder)
+			if len(versions) != 3 || slices.ContainsFunc(versions, func(v string) bool { return v != current.Version }) {
+				return fmt.Errorf("the daemon processes on the hub node run %q, want 3 of %s", versions, current.Version)
 			}
 			return nil
 		})
-		// The new leader has worked off its takeover: its queue is empty and
-		// its sync count has not moved across three scrapes a second apart.
-		var m string
-		var last float64
-		quiet := 0
-		eventually(t, time.Minute, func() error {
-			var err error
-			if m, err = get(podURL(ip, "/metrics")); err != nil {
-				return err
-			}
-			depth := sumSeries(m, `endpoint_aggregator_workqueue_depth{name="endpoint_aggregator"}`)
-			syncs := sumSeries(m, "endpoint_aggregator_syncs_total")
-			if depth > 0 || syncs != last {
-				quiet, last = 0, syncs
-				time.Sleep(time.Second)
-				return fmt.Errorf("%s: %v keys queued, %v syncs", holder, depth, syncs)
-			}
-			if quiet++; quiet < 3 {
-				time.Sleep(time.Second)
-				return fmt.Errorf("quiet for %d scrapes", quiet)
-			}
-			return nil
-		})
+		// Every new replica has worked off its start (the leader its
+		// takeover, the others the members they took over).
+		pages := waitQuiet(t, upgraded)
+		if !strings.Contains(pages[holder], "endpoint_aggregator_leader 1") {
+			t.Errorf("%s holds the leader Lease but does not say it leads", holder)
+		}
 		eventually(t, time.Minute, func() error { return ownedByPods(hub, daemonPods(t, hub), "east", "west") })
 		n := loop.stopAfter(t, 20)
-		t.Logf("helm upgrade rolled %d pods; the client loop sent %d requests, %d failed", len(old), n.sent, n.failed)
+		t.Logf("the upgrade rolled %d pods; the client loop sent %d requests, %d failed", len(old), n.sent, n.failed)
 		if n.failed > 0 {
-			t.Errorf("%d of %d requests failed across the rolling upgrade", n.failed, n.sent)
+			t.Errorf("%d of %d requests failed across the upgrade", n.failed, n.sent)
 		}
-		// Every new replica, the leader and the owners of the members: no
-		// hub write but the member liveness Leases, renewed whatever the
-		// hub holds (a renewal may meet a conflict: the old owner renewed
-		// the Lease just before it handed the member over).
-		for _, p := range daemonPods(t, hub) {
-			if old[p.Name] || p.DeletionTimestamp != nil {
-				continue
-			}
-			m := m
-			if p.Name != holder {
-				var err error
-				if m, err = get(podURL(p.Status.PodIP, "/metrics")); err != nil {
-					t.Fatal(err)
-				}
+		// What the hub holds: the same objects at the same resourceVersions,
+		// whoever wrote (an old replica on its way out, or a new one).
+		if after := aggregatedVersions(t, hub); !maps.Equal(after, aggregated) {
+			t.Errorf("the upgrade rewrote aggregated hub objects:\nbefore %v\nafter  %v", aggregated, after)
+		}
+		// And each new replica, the leader and the owners of the members,
+		// made no hub write but the member liveness Leases, renewed whatever
+		// the hub holds (a renewal may meet a conflict: the old owner
+		// renewed the Lease just before it handed the member over). A new
+		// replica once created a member Lease it found missing (1 run in
+		// about 26): liveness, not aggregated output, so it is logged here,
+		// not failed.
+		for name, m := range pages {
+			created := sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="create"}`)
+			if created > 0 {
+				t.Logf("the new replica %s created %v member Leases it found missing", name, created)
 			}
 			w := sumSeries(m, "endpoint_aggregator_hub_writes_total") -
 				sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="success",verb="update"}`) -
-				sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="conflict",verb="update"}`)
+				sumSeries(m, `endpoint_aggregator_hub_writes_total{resource="leases",result="conflict",verb="update"}`) - created
 			if w != 0 {
 				var lines []string
 				for _, l := range strings.Split(m, "\n") {
@@ -346,7 +377,7 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 						lines = append(lines, l)
 					}
 				}
-				t.Errorf("the new replica %s wrote %v times to a converged hub:\n%s", p.Name, w, strings.Join(lines, "\n"))
+				t.Errorf("the new replica %s wrote %v times to a converged hub:\n%s", name, w, strings.Join(lines, "\n"))
 			}
 		}
 	})
@@ -511,6 +542,23 @@ func daemonProcesses(t *testing.T) []daemonProcess {
 	return out
 }
 
+// version is what the process's binary (the one in its container) says of
+// itself with `version`, "" if it has exited.
+func (p daemonProcess) version(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(fmt.Sprintf("/proc/%d/exe", p.pid), "version").Output()
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "version: "); ok {
+			return v
+		}
+	}
+	t.Errorf("pid %d: version printed %q", p.pid, out)
+	return ""
+}
+
 // sumSeries adds up the values of every series of metric in a /metrics page;
 // a metric given with its labels ({...}) matches that series only.
 func sumSeries(page, metric string) float64 {
@@ -525,4 +573,142 @@ func sumSeries(page, metric string) float64 {
 		}
 	}
 	return sum
+}
+
+// runningDaemonPods returns the daemon pods that run and are not being
+// deleted, but for those named in except.
+func runningDaemonPods(t *testing.T, hub *testenv.Cluster, except map[string]bool) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, p := range daemonPods(t, hub) {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !except[p.Name] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitQuiet waits until every one of pods has an empty queue and a sync
+// count that has not moved across three scrapes a second apart, and
+// returns the last /metrics page of each, by pod name.
+func waitQuiet(t *testing.T, pods []corev1.Pod) map[string]string {
+	t.Helper()
+	pages := map[string]string{}
+	last := map[string]float64{}
+	quiet := 0
+	eventually(t, 2*time.Minute, func() error {
+		settled := true
+		var why []string
+		for _, p := range pods {
+			m, err := get(podURL(p.Status.PodIP, "/metrics"))
+			if err != nil {
+				return err
+			}
+			pages[p.Name] = m
+			depth := sumSeries(m, `endpoint_aggregator_workqueue_depth{name="endpoint_aggregator"}`)
+			syncs := sumSeries(m, "endpoint_aggregator_syncs_total")
+			if prev, seen := last[p.Name]; depth > 0 || !seen || syncs != prev {
+				settled = false
+				why = append(why, fmt.Sprintf("%s: %v keys queued, %v syncs", p.Name, depth, syncs))
+			}
+			last[p.Name] = syncs
+		}
+		if !settled {
+			quiet = 0
+			time.Sleep(time.Second)
+			return errors.New(strings.Join(why, "; "))
+		}
+		if quiet++; quiet < 3 {
+			time.Sleep(time.Second)
+			return fmt.Errorf("quiet for %d scrapes", quiet)
+		}
+		return nil
+	})
+	return pages
+}
+
+// aggregatedVersions returns the resourceVersion of every hub object the
+// daemon writes in the application namespace (ServiceImports, Services,
+// Endpoints, EndpointSlices), by kind and name.
+func aggregatedVersions(t *testing.T, hub *testenv.Cluster) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	ours := metav1.ListOptions{LabelSelector: endpoints.LabelManagedBy + "=" + endpoints.ManagedByValue}
+	out := map[string]string{}
+	svcs, err := hub.Client.CoreV1().Services(appNS).List(ctx, ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range svcs.Items {
+		out["service/"+o.Name] = o.ResourceVersion
+	}
+	eps, err := hub.Client.CoreV1().Endpoints(appNS).List(ctx, ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range eps.Items {
+		out["endpoints/"+o.Name] = o.ResourceVersion
+	}
+	slices, err := hub.Client.DiscoveryV1().EndpointSlices(appNS).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelManagedBy + "=" + endpoints.SliceManagedByValue,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range slices.Items {
+		out["endpointslice/"+o.Name] = o.ResourceVersion
+	}
+	imports, err := mcsclientset.NewForConfigOrDie(hub.Config).MulticlusterV1beta1().ServiceImports(appNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range imports.Items {
+		out["serviceimport/"+o.Name] = o.ResourceVersion
+	}
+	if len(imports.Items) < 2 || len(slices.Items) == 0 || len(svcs.Items) == 0 {
+		t.Fatalf("the hub holds %d ServiceImports, %d EndpointSlices, %d Services of the daemon: not the converged hub this test expects",
+			len(imports.Items), len(slices.Items), len(svcs.Items))
+	}
+	return out
+}
+
+// checkChartImageInRegistry checks that rel's chart, as helm renders it
+// from the registry with its defaults, runs rel's image, and that the
+// registry resolves that reference to the image index the release pushed.
+func checkChartImageInRegistry(t *testing.T, hub *testenv.Cluster, reg *testenv.Registry, rel *testenv.Release) {
+	t.Helper()
+	out := helm(t, hub.KubeconfigPath, "template", release, rel.ChartRef, "--version", rel.ChartVersion, "--ca-file", reg.CAFile, "-n", daemonNS)
+	want := `image: "` + rel.Image + `"`
+	if n := strings.Count(out, "image: "); n == 0 || n != strings.Count(out, want) {
+		t.Errorf("%s %s renders %d images, %d of them %s", rel.ChartRef, rel.ChartVersion, n, strings.Count(out, want), want)
+	}
+	repo, tag, _ := strings.Cut(strings.TrimPrefix(rel.Image, reg.Host+"/"), ":")
+	digest, mediaType, err := reg.Digest(repo, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if digest != rel.IndexDigest || mediaType != "application/vnd.oci.image.index.v1+json" {
+		t.Errorf("the registry resolves %s to %s %s, want the index %s", rel.Image, mediaType, digest, rel.IndexDigest)
+	}
+}
+
+// checkPulled checks that pods run rel's image, named as the chart names it
+// by default, pulled if not present, and that the node's containerd pulled
+// it from reg: the image it reports running is the index the release
+// pushed there.
+func checkPulled(t *testing.T, pods []corev1.Pod, reg *testenv.Registry, rel *testenv.Release) {
+	t.Helper()
+	wantID := reg.Host + "/endpoint-aggregator@" + rel.IndexDigest
+	for _, p := range pods {
+		for _, c := range p.Spec.Containers {
+			if c.Image != rel.Image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("pod %s: container %s runs %s (pull policy %s), want %s (IfNotPresent)", p.Name, c.Name, c.Image, c.ImagePullPolicy, rel.Image)
+			}
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.ImageID != wantID {
+				t.Errorf("pod %s: container %s runs image %s, want %s", p.Name, st.Name, st.ImageID, wantID)
+			}
+		}
+	}
 }

@@ -1,9 +1,7 @@
 package node
 
 import (
-	"archive/tar"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,36 +24,6 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 )
-
-// daemonImage returns the tarball `make image` wrote and the image's name
-// in it.
-func daemonImage(t *testing.T) (path, ref string) {
-	t.Helper()
-	path, err := filepath.Abs("../../bin/image.tar")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("%v: run `make image` first (make test-node does)", err)
-	}
-	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s: no manifest.json: %v", path, err)
-		}
-		if h.Name != "manifest.json" {
-			continue
-		}
-		var m []struct{ RepoTags []string }
-		if err := json.NewDecoder(tr).Decode(&m); err != nil || len(m) != 1 || len(m[0].RepoTags) != 1 {
-			t.Fatalf("%s: manifest.json %v %v", path, m, err)
-		}
-		return path, m[0].RepoTags[0]
-	}
-}
 
 func mustCreateNamespace(t *testing.T, c kubernetes.Interface, name string) {
 	t.Helper()
@@ -109,19 +77,30 @@ func echoService(namespace, name string, headless bool) *corev1.Service {
 }
 
 // helm runs the pinned Helm against kubeconfig with throw-away Helm
-// directories.
+// directories (registry logins included).
 func helm(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
 	bin, err := testenv.HelmPath()
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
 	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	cmd.Env = append(os.Environ(), testenv.HelmEnvHome(t.TempDir())...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// kubectl runs the cluster's kubectl against c, with a throw-away cache.
+func kubectl(t *testing.T, c *testenv.Cluster, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(testenv.RequireAssets(t), "kubectl")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", c.KubeconfigPath, "--cache-dir", t.TempDir()}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }

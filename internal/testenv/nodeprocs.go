@@ -292,7 +292,8 @@ var (
 // stand-ins:
 //   - busybox (the served suite's client): busybox alone;
 //   - nicolaka/netshoot (the newest suite's client): busybox, with
-//     nodeimages/nc as its nc (busybox's knows no -4 or -6);
+//     nodeimages/nc as its nc (busybox's knows no -4 or -6) and Debian's
+//     dash as its sh;
 //   - alpine/socat (both suites' servers): nodeimages/socat as the
 //     entrypoint and as /bin/socat, for the newer suite's `sh -c` script.
 //
@@ -334,8 +335,19 @@ func buildConformanceImages() ([]string, error) {
 	}
 	withBusybox := []string{"-add", busyboxPath + ":/bin/busybox"}
 	for _, tool := range busyboxTools {
-		withBusybox = append(withBusybox, "-symlink", "/bin/"+tool+":busybox")
+		if tool != "sh" {
+			withBusybox = append(withBusybox, "-symlink", "/bin/"+tool+":busybox")
+		}
 	}
+	busyboxSh := []string{"-symlink", "/bin/sh:busybox"}
+	// busybox-static's sh runs its own applet for a command that has one,
+	// whatever PATH says, so the netshoot image's `sh -c "... | nc ..."`
+	// would never reach the nc stand-in: its sh is Debian's dash.
+	dash, err := withLibraries(dashPath)
+	if err != nil {
+		return nil, err
+	}
+	dash = append(dash, "-symlink", "/bin/sh:dash")
 	var tars []string
 	for _, img := range []struct {
 		tag  string
@@ -343,10 +355,10 @@ func buildConformanceImages() ([]string, error) {
 	}{
 		// The served suite's client keeps busybox's nc.
 		{BusyboxImage, slices.Concat([]string{"-binary", busyboxPath, "-no-entrypoint", "-cmd", "sh"},
-			withBusybox, []string{"-symlink", "/bin/nc:busybox"})},
+			withBusybox, busyboxSh, []string{"-symlink", "/bin/nc:busybox"})},
 		{NetshootImage, slices.Concat([]string{"-binary", nc, "-no-entrypoint", "-cmd", "sh"},
-			withBusybox, []string{"-symlink", "/bin/nc:/nc"})},
-		{SocatImage, slices.Concat([]string{"-binary", socat}, withBusybox, []string{"-symlink", "/bin/socat:/socat"})},
+			withBusybox, dash, []string{"-symlink", "/bin/nc:/nc"})},
+		{SocatImage, slices.Concat([]string{"-binary", socat}, withBusybox, busyboxSh, []string{"-symlink", "/bin/socat:/socat"})},
 	} {
 		tar := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.tag)+".tar")
 		args := append([]string{"-tag", img.tag, "-o", tar, "-user", "0:0", "-env", "PATH=/bin"}, img.args...)
@@ -356,6 +368,33 @@ func buildConformanceImages() ([]string, error) {
 		tars = append(tars, tar)
 	}
 	return tars, nil
+}
+
+// dashPath is Debian's dash (an Essential package, so always installed).
+const dashPath = "/bin/dash"
+
+// withLibraries returns the hack/image -add arguments that put the dynamic
+// executable bin and the shared libraries ldd says it loads at their paths.
+func withLibraries(bin string) ([]string, error) {
+	if err := checkExecutable(bin); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	args := []string{"-add", bin + ":" + bin}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/.../libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "=>" {
+			f = f[2:]
+		}
+		if len(f) > 0 && strings.HasPrefix(f[0], "/") {
+			args = append(args, "-add", f[0]+":"+f[0])
+		}
+	}
+	return args, nil
 }
 
 // goBuild builds ./internal/testenv/nodeimages/<pkg> as a static binary in dir.

@@ -39,8 +39,8 @@ TOOLS := $(addprefix $(ASSETS_DIR)/,kube-apiserver kube-controller-manager kubec
 NODE_TOOLS := $(addprefix $(ASSETS_DIR)/,kubelet kube-scheduler kube-proxy)
 # The Debian packages a node needs (containerd runs the pods with runc on the
 # CNI bridge; kube-proxy programs nftables; nsenter and unshare enter the
-# node's namespaces; busybox-static goes into the MCS conformance suite's
-# busybox image). make node-deps installs the missing ones.
+# node's namespaces; busybox-static goes into the images the MCS conformance
+# suites' pods name). make node-deps installs the missing ones.
 NODE_PACKAGES := containerd runc containernetworking-plugins nftables util-linux iproute2 busybox-static
 # The ones hack/demo starts (through internal/testenv): one etcd and one
 # kube-apiserver per cluster. `make demo` builds only these.

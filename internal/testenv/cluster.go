@@ -61,8 +61,9 @@ type NodeOptions struct {
 	// Images are image tarballs (docker-archive or OCI) imported into the
 	// node's containerd besides the test images (pause, echo).
 	Images []string
-	// MCSConformance also imports the images the MCS conformance suite's
-	// pods name (busybox, and a socat stand-in), built here.
+	// MCSConformance also imports the images the MCS conformance suites'
+	// pods name (busybox, nicolaka/netshoot and alpine/socat stand-ins),
+	// built here.
 	MCSConformance bool
 	// Family is the cluster's IP family plan: IPv4 (the default), IPv6
 	// only, or dual-stack with IPv4 primary. It sets the node's link and

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -201,8 +202,8 @@ func (n *Node) waitContainerd(timeout time.Duration) error {
 }
 
 // importImages imports the pause and echo images, with o.MCSConformance
-// the suite's stand-ins, and o.Images into containerd; those are never
-// pulled (what a node pulls comes from a Registry it trusts, see
+// the conformance suites' stand-ins, and o.Images into containerd; those
+// are never pulled (what a node pulls comes from a Registry it trusts, see
 // Node.TrustRegistry).
 func (n *Node) importImages(o NodeOptions) error {
 	images, err := testImages()
@@ -292,52 +293,114 @@ var (
 	conformanceErr  error
 )
 
-// The images the MCS conformance suite's pods name, built here: busybox
-// from Debian's busybox-static, and a socat stand-in (nodeimages/socat) that
-// does what the suite asks of socat.
+// The images the MCS conformance suites' pods name, built here, each from
+// Debian's busybox-static (sh and the tools their scripts use) and Go
+// stand-ins:
+//   - busybox (the served suite's client): busybox alone;
+//   - nicolaka/netshoot (the newest suite's client): busybox, with
+//     nodeimages/nc as its nc (busybox's knows no -4 or -6) and Debian's
+//     dash as its sh;
+//   - alpine/socat (both suites' servers): nodeimages/socat as the
+//     entrypoint and as /bin/socat, for the newer suite's `sh -c` script.
+//
+// Each stand-in's doc comment says which command forms it supports.
 const (
-	BusyboxImage = "docker.io/library/busybox:latest"
-	SocatImage   = "docker.io/alpine/socat:1.7.4.4"
-	busyboxPath  = "/bin/busybox"
+	BusyboxImage  = "docker.io/library/busybox:latest"
+	NetshootImage = "docker.io/nicolaka/netshoot:v0.15"
+	SocatImage    = "docker.io/alpine/socat:1.7.4.4"
+	busyboxPath   = "/bin/busybox"
 )
+
+// busyboxTools are the busybox applets linked into the conformance images:
+// what the suites' commands and scripts call, and a few for debugging.
+var busyboxTools = []string{"sh", "nslookup", "sleep", "echo", "cat", "grep", "tr", "awk", "sed", "head", "tail",
+	"cut", "wc", "env", "true", "false", "ls", "ps", "hostname"}
 
 func conformanceImages() ([]string, error) {
 	conformanceOnce.Do(func() {
-		if err := checkExecutable(busyboxPath); err != nil {
-			conformanceErr = fmt.Errorf("%w (install Debian's busybox-static: make node-deps)", err)
-			return
-		}
-		dir, err := imagesDir()
-		if err != nil {
-			conformanceErr = err
-			return
-		}
-		socat, err := goBuild(dir, "socat")
-		if err != nil {
-			conformanceErr = err
-			return
-		}
-		var links []string
-		for _, tool := range []string{"sh", "nc", "sleep", "echo", "cat", "nslookup"} {
-			links = append(links, "-symlink", "/bin/"+tool+":busybox")
-		}
-		for _, img := range []struct {
-			tag  string
-			args []string
-		}{
-			{BusyboxImage, append([]string{"-binary", busyboxPath, "-add", busyboxPath + ":/bin/busybox", "-no-entrypoint", "-cmd", "sh"}, links...)},
-			{SocatImage, append([]string{"-binary", socat, "-add", busyboxPath + ":/bin/busybox"}, links...)},
-		} {
-			tar := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.tag)+".tar")
-			args := append([]string{"-tag", img.tag, "-o", tar, "-user", "0:0", "-env", "PATH=/bin"}, img.args...)
-			if err := testImage(args...); err != nil {
-				conformanceErr = err
-				return
-			}
-			conformanceTars = append(conformanceTars, tar)
-		}
+		conformanceTars, conformanceErr = buildConformanceImages()
 	})
 	return conformanceTars, conformanceErr
+}
+
+func buildConformanceImages() ([]string, error) {
+	if err := checkExecutable(busyboxPath); err != nil {
+		return nil, fmt.Errorf("%w (install Debian's busybox-static: make node-deps)", err)
+	}
+	dir, err := imagesDir()
+	if err != nil {
+		return nil, err
+	}
+	socat, err := goBuild(dir, "socat")
+	if err != nil {
+		return nil, err
+	}
+	nc, err := goBuild(dir, "nc")
+	if err != nil {
+		return nil, err
+	}
+	withBusybox := []string{"-add", busyboxPath + ":/bin/busybox"}
+	for _, tool := range busyboxTools {
+		if tool != "sh" {
+			withBusybox = append(withBusybox, "-symlink", "/bin/"+tool+":busybox")
+		}
+	}
+	busyboxSh := []string{"-symlink", "/bin/sh:busybox"}
+	// busybox-static's sh runs its own applet for a command that has one,
+	// whatever PATH says, so the netshoot image's `sh -c "... | nc ..."`
+	// would never reach the nc stand-in: its sh is Debian's dash.
+	dash, err := withLibraries(dashPath)
+	if err != nil {
+		return nil, err
+	}
+	dash = append(dash, "-symlink", "/bin/sh:dash")
+	var tars []string
+	for _, img := range []struct {
+		tag  string
+		args []string
+	}{
+		// The served suite's client keeps busybox's nc.
+		{BusyboxImage, slices.Concat([]string{"-binary", busyboxPath, "-no-entrypoint", "-cmd", "sh"},
+			withBusybox, busyboxSh, []string{"-symlink", "/bin/nc:busybox"})},
+		{NetshootImage, slices.Concat([]string{"-binary", nc, "-no-entrypoint", "-cmd", "sh"},
+			withBusybox, dash, []string{"-symlink", "/bin/nc:/nc"})},
+		{SocatImage, slices.Concat([]string{"-binary", socat}, withBusybox, busyboxSh, []string{"-symlink", "/bin/socat:/socat"})},
+	} {
+		tar := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.tag)+".tar")
+		args := append([]string{"-tag", img.tag, "-o", tar, "-user", "0:0", "-env", "PATH=/bin"}, img.args...)
+		if err := testImage(args...); err != nil {
+			return nil, err
+		}
+		tars = append(tars, tar)
+	}
+	return tars, nil
+}
+
+// dashPath is Debian's dash (an Essential package, so always installed).
+const dashPath = "/bin/dash"
+
+// withLibraries returns the hack/image -add arguments that put the dynamic
+// executable bin and the shared libraries ldd says it loads at their paths.
+func withLibraries(bin string) ([]string, error) {
+	if err := checkExecutable(bin); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	args := []string{"-add", bin + ":" + bin}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/.../libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "=>" {
+			f = f[2:]
+		}
+		if len(f) > 0 && strings.HasPrefix(f[0], "/") {
+			args = append(args, "-add", f[0]+":"+f[0])
+		}
+	}
+	return args, nil
 }
 
 // goBuild builds ./internal/testenv/nodeimages/<pkg> as a static binary in dir.

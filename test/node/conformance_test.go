@@ -10,13 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
@@ -84,25 +81,7 @@ func mcsConformance(t *testing.T, family testenv.Family) {
 				register(t, c, daemonNS, other)
 			}
 		}
-		d, err := app.NewDaemon(daemonOptions(c.Name), c.Config, prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Logf("daemon of %s: %v", c.Name, err)
-			}
-		})
-		eventually(t, 2*time.Minute, func() error {
-			if !d.Ready() {
-				return fmt.Errorf("daemon of %s not ready", c.Name)
-			}
-			return nil
-		})
+		runDaemon(t, c)
 	}
 
 	report := filepath.Join(t.TempDir(), "report.json")
@@ -201,10 +180,17 @@ func daemonOptions(cluster string) *app.Options {
 // imported, and pulling would leave the machine.
 func neverPull(t *testing.T, c *testenv.Cluster) {
 	t.Helper()
+	conformancePolicy(t, c, "mcs-conformance-never-pull", "pods",
+		`Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, imagePullPolicy: "Never"})}}`)
+}
+
+// conformancePolicy creates a MutatingAdmissionPolicy, and its binding, that
+// applies expression (an ApplyConfiguration) to every resource (of the core
+// group) created in the suites' namespaces (mcs-conformance-*).
+func conformancePolicy(t *testing.T, c *testenv.Cluster, name, resource, expression string) {
+	t.Helper()
 	ctx := context.Background()
-	name := "mcs-conformance-never-pull"
-	mp := c.Client.AdmissionregistrationV1().MutatingAdmissionPolicies()
-	if _, err := mp.Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicy{
+	if _, err := c.Client.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
@@ -212,7 +198,7 @@ func neverPull(t *testing.T, c *testenv.Cluster) {
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}},
 					},
 				}},
 			},
@@ -221,10 +207,8 @@ func neverPull(t *testing.T, c *testenv.Cluster) {
 			}},
 			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
 			Mutations: []admissionregistrationv1.Mutation{{
-				PatchType: admissionregistrationv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{
-					Expression: `Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, imagePullPolicy: "Never"})}}`,
-				},
+				PatchType:          admissionregistrationv1.PatchTypeApplyConfiguration,
+				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: expression},
 			}},
 		},
 	}, metav1.CreateOptions{}); err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -206,38 +205,7 @@ func dualStackServices(t *testing.T, c *testenv.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	name := "mcs-conformance-dual-stack"
-	if _, err := c.Client.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
-					},
-				}},
-			},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name: "conformance-namespace", Expression: `object.metadata.namespace.startsWith("mcs-conformance-")`,
-			}},
-			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
-			Mutations: []admissionregistrationv1.Mutation{{
-				PatchType: admissionregistrationv1.PatchTypeApplyConfiguration,
-				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{
-					Expression: `Object{spec: Object.spec{ipFamilyPolicy: "PreferDualStack"}}`,
-				},
-			}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.MutatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: name},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	conformancePolicy(t, c, name, "services", `Object{spec: Object.spec{ipFamilyPolicy: "PreferDualStack"}}`)
 	// The policy applies once the API server has read it: wait until a
 	// Service created (dry run) in such a namespace comes out dual-stack.
 	probe := name + "-probe"

@@ -472,7 +472,21 @@ func TestRegistryWithdrawsTheOldNameWhenASecretTakesOverAnother(t *testing.T) {
 	if _, err := hub.CoreV1().Secrets(ns).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return r.Get("east") == nil })
+	// The takeover takes steps (east withdrawn, then west handed to the
+	// older Secret): wait for its end, then say what is wrong if it never
+	// comes.
+	settled := func() bool {
+		r.mu.RLock()
+		byOlder, member := r.bySecret[ns+"/older"], r.members["west"]
+		r.mu.RUnlock()
+		_, removed := h.snapshot()
+		return r.Get("east") == nil && byOlder == "west" && member != nil && member.secret == ns+"/older" &&
+			member.active != nil && slices.Contains(removed, "east")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !settled() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if o := r.nameOwner("west"); o == nil || o.key != ns+"/older" {
 		t.Fatalf("owner of west %+v, want the older Secret", o)
 	}

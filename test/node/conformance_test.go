@@ -34,11 +34,14 @@ const conformanceEnv = "ENDPOINT_AGGREGATOR_MCS_CONFORMANCE"
 // suite's pods; nothing else of the suite is changed. It passes only if
 // every spec the suite selected ran and passed (conformanceVerdict): Ginkgo
 // itself exits 0 when no spec ran, or when specs skip themselves. It runs
-// in each IP family (IPv4, IPv6 only, dual-stack); in dual-stack, a second
-// policy makes the suite's Services PreferDualStack, so that its imports
-// carry an IP of each family.
+// in IPv4 only: this copy of the suite starts its servers as
+// `socat TCP-LISTEN:...`, which listens on IPv4 alone (as the stand-in
+// does), so its connectivity specs cannot pass in an IPv6-only cluster, nor
+// in a dual-stack one whose client picks the IPv6 ClusterSet IP; the newer
+// suite picks its listener per family. mcsConformance keeps the dual-stack
+// set-up (a policy makes the suite's Services PreferDualStack) for that.
 func TestMCSConformance(t *testing.T) {
-	for _, family := range testenv.Families {
+	for _, family := range []testenv.Family{testenv.FamilyIPv4} {
 		t.Run(family.String(), func(t *testing.T) { mcsConformance(t, family) })
 	}
 }

@@ -36,6 +36,10 @@ type MemberView struct {
 	ServiceTaken bool
 	// Slices are the hub slices that may be ours for the source.
 	Slices []*SliceDigest
+	// PortClaims are what the service's merged import says of its ports
+	// (ImportPortClaims): the MCS slices leave out the ports the member
+	// lost to another export.
+	PortClaims PortClaims
 }
 
 // MemberPlan lists the hub writes one member service needs.
@@ -51,13 +55,18 @@ func (p MemberPlan) Empty() bool {
 }
 
 // PlanMember returns the writes that bring view to what src asks for: its
-// MCS slices and, unless mode is off, its per-cluster Service and
-// Endpoints. src nil means the member service is not exported (gone,
+// MCS slices, without the ports view.PortClaims gives to another export,
+// and, unless mode is off, its per-cluster Service and Endpoints, with all
+// its ports. src nil means the member service is not exported (gone,
 // unexported, or its member unregistered): everything is withdrawn.
 func PlanMember(namespace, service, cluster string, src *Source, mode PerClusterMode, view MemberView) MemberPlan {
 	var plan MemberPlan
 	if src != nil {
-		plan.Slices = PlanSlices(*src, view.Slices)
+		mcs := *src
+		if lost := view.PortClaims.Lost(src.Service); lost != nil {
+			mcs = withoutPorts(mcs, lost)
+		}
+		plan.Slices = PlanSlices(mcs, view.Slices)
 	} else {
 		plan.Slices = PlanSlicesDelete(namespace, service, cluster, view.Slices)
 	}

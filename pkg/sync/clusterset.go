@@ -80,7 +80,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 		}
 		plan := endpoints.PlanImport(want, view)
 		if plan.Empty() {
-			for _, k := range c.exportStatusKeys(key, before, view.Import) {
+			for _, k := range c.importReaders(key, before, view.Import) {
 				out.queue(k)
 			}
 			// The hub holds the import the merge planned, conflicts and
@@ -127,12 +127,15 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 	return exports, unreadable, nil
 }
 
-// exportStatusKeys are the member keys of the clusters a ServiceImport
+// importReaders are the member keys of the clusters a ServiceImport
 // listed before a change or lists after it, when the change altered what
-// the import tells them: which clusters it lists, or its Conflict
-// condition. Their syncs copy it onto the members' ServiceExports.
-func (c *Controller) exportStatusKeys(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
-	if !c.writesExportStatus() || exportFacing(before) == exportFacing(after) {
+// their syncs read of it: the ports it claims from their exports
+// (endpoints.ImportPortClaims), which their MCS slices follow, or, where
+// ServiceExport conditions are written, the clusters it lists and its
+// Conflict condition, which their syncs copy onto the ServiceExports.
+func (c *Controller) importReaders(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
+	statusChanged := c.writesExportStatus() && exportFacing(before) != exportFacing(after)
+	if !statusChanged && endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after)) {
 		return nil
 	}
 	clusters := map[string]bool{}

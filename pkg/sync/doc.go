@@ -18,11 +18,15 @@
 // member that is unreachable, or has not synced since the daemon started,
 // counts as the hub last recorded it, and the member keys of different
 // members could be handed to different replicas. The member key in turn
-// copies what the merged import says of the exports (listed, Conflict) onto
-// its ServiceExport. Each side queues the other when what it wrote changes
-// what the other reads: a changed record queues the clusterset key (as do
-// slice events, echoes included, and an expired write of a slice), and an
-// import whose clusters or Conflict condition changed queues the member keys.
+// reads the merged import: its MCS slices leave out a port whose name the
+// import, in conflict, gives to another export's port (the data plane
+// pairs ports by name, so the slice port would take the winner's
+// traffic), and it copies what the import says of the exports (listed,
+// Conflict) onto its ServiceExport. Each side queues the other when what it
+// wrote changes what the other reads: a changed record queues the
+// clusterset key (as do slice events, echoes included, and an expired write
+// of a slice), and an import whose claimed ports, clusters or Conflict
+// condition changed queues the member keys (importReaders).
 //
 // # Which replica writes a key
 //

@@ -9,6 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -24,6 +27,10 @@ import (
 //     service-name labels, managed by endpoint-aggregator.io) exist only for
 //     exported services and carry exactly the member's endpoints, each with
 //     the member's ready condition;
+//   - those slices carry the member's port names, less the ports it lost:
+//     a name whose port (number, protocol) differs from the one of the
+//     hub's ServiceImport while that import reports a Conflict (KEP-1645's
+//     port conflict; the data plane pairs ports by name);
 //   - a ServiceImport exists exactly for the services some cluster exports
 //     (unless someone else's holds the name); its status lists exactly the
 //     exporting clusters and its ports are the union of their port names;
@@ -102,6 +109,44 @@ func (w *world) checkModel() error {
 		}
 		if fmt.Sprint(sortedReady(got)) != fmt.Sprint(sortedReady(want)) {
 			return fmt.Errorf("model: hub endpoints of %s/%s from %s are %v, the member's %v", k.ns, k.name, k.cluster, sortedReady(got), sortedReady(want))
+		}
+	}
+
+	// MCS slice ports: the member's names, less the ones it lost.
+	for _, o := range w.srv.list(resourceEndpointSlice) {
+		s := o.(*discoveryv1.EndpointSlice)
+		cluster := s.Labels["multicluster.kubernetes.io/source-cluster"]
+		if s.Labels["endpointslice.kubernetes.io/managed-by"] != "endpoint-aggregator.io" || cluster == "" {
+			continue
+		}
+		k := svcKey{cluster, s.Namespace, s.Labels["multicluster.kubernetes.io/service-name"]}
+		lost := map[string]bool{}
+		if o, ok := w.srv.get(resourceServiceImport, k.ns, k.name); ok {
+			imp := o.(*mcsv1beta1.ServiceImport)
+			if c := meta.FindStatusCondition(imp.Status.Conditions, "Conflict"); c != nil && c.Status == metav1.ConditionTrue {
+				for _, ip := range imp.Spec.Ports {
+					for _, mp := range exported[k].Spec.Ports {
+						if mp.Name == ip.Name && (mp.Port != ip.Port || mp.Protocol != ip.Protocol) {
+							lost[mp.Name] = true
+						}
+					}
+				}
+			}
+		}
+		want := map[string]bool{}
+		for _, ms := range w.members.members[k.cluster].truthSlices(k.ns, k.name) {
+			for _, p := range ms.Ports {
+				if name := ptr.Deref(p.Name, ""); !lost[name] {
+					want[name] = true
+				}
+			}
+		}
+		got := map[string]bool{}
+		for _, p := range s.Ports {
+			got[ptr.Deref(p.Name, "")] = true
+		}
+		if len(s.Endpoints) > 0 && !maps.Equal(got, want) {
+			return fmt.Errorf("model: hub slice %s/%s from %s has ports %v, want %v (lost to the import: %v)", s.Namespace, s.Name, cluster, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)), slices.Sorted(maps.Keys(lost)))
 		}
 	}
 

@@ -260,9 +260,11 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 	}
 	policy := simPolicies[rng.Intn(len(simPolicies))]
 	w.opts = Options{
-		Workers:             1,
-		Export:              ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
-		WriteExportStatus:   true,
+		Workers: 1,
+		Export:  ExportPolicy{Mode: ExportServiceExport, Exclude: sets.New(DefaultExcludedNamespaces...)},
+		// Some runs write no ServiceExport conditions, so that nothing
+		// else queues the member keys that read an import.
+		WriteExportStatus:   rng.Intn(4) != 0,
 		UnreachableGrace:    policy.grace,
 		UnreachableWithdraw: policy.withdraw,
 		Clock:               w.clock,

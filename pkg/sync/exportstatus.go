@@ -25,7 +25,7 @@ func (c *Controller) writesExportStatus() bool {
 // ServiceImport, writing only what changed. An unreachable member is
 // skipped, so a worker never waits on it: its recovery queues its keys
 // again. A clusterset sync that changes what the import says of the
-// exports queues the keys of its clusters (queueExportStatuses).
+// exports queues the keys of its clusters (queueImportReaders).
 func (c *Controller) syncExportStatus(ctx context.Context, key Key, st lifecycle.State, m Member, svc *corev1.Service, out *outcome) error {
 	if m == nil || st.Unreachable || !c.writesExportStatus() {
 		return nil

@@ -213,7 +213,7 @@ func (c *Controller) enqueueHubObjects(sel labels.Selector) {
 // Slice events, echoes included, also queue the clusterset key whose merge
 // reads the export record on the slice, when the record may have changed
 // for a reader of the cache: the slice came or went, or its record differs.
-// ServiceImport events, echoes included, queue the member keys that copy
+// ServiceImport events, echoes included, queue the member keys that read
 // what the import says of their exports, when that changed.
 func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 	h := changeHandler(func(obj interface{}, initialList, gone bool) {
@@ -249,8 +249,8 @@ func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 }
 
 // importHandler extends h, the handler of the ServiceImport cache, to queue
-// the member keys of an import's clusters when what it tells their exports
-// changed (see exportFacing).
+// the member keys of an import's clusters when what their syncs read of it
+// changed (see importReaders).
 func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) cache.ResourceEventHandler {
 	changed := func(old, cur interface{}) {
 		o, _ := old.(*mcsv1beta1.ServiceImport)
@@ -260,7 +260,7 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 			ref = o
 		}
 		if ref != nil {
-			c.queueExportStatuses(Key{Namespace: ref.Namespace, Name: ref.Name}, o, n)
+			c.queueImportReaders(Key{Namespace: ref.Namespace, Name: ref.Name}, o, n)
 		}
 	}
 	add, update, remove := h.AddFunc, h.UpdateFunc, h.DeleteFunc
@@ -284,17 +284,17 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 	return h
 }
 
-// queueExportStatuses queues the member keys of exportStatusKeys, found by
-// an event of the ServiceImport of key.
-func (c *Controller) queueExportStatuses(key Key, before, after *mcsv1beta1.ServiceImport) {
-	for _, k := range c.exportStatusKeys(key, before, after) {
+// queueImportReaders queues the member keys of importReaders, found by an
+// event of the ServiceImport of key.
+func (c *Controller) queueImportReaders(key Key, before, after *mcsv1beta1.ServiceImport) {
+	for _, k := range c.importReaders(key, before, after) {
 		c.enqueue(k, c.foundBy(key, k))
 	}
 }
 
 // unshadowed queues the keys that read an overlay entry of another key,
 // dropped while the cache shows something else: the clusterset key that
-// merged a slice's record, the member keys that copied an import's status.
+// merged a slice's record, the member keys that read an import.
 func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 	switch ref.resource {
 	case resourceEndpointSlice:
@@ -305,7 +305,7 @@ func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 		if err != nil {
 			cached = nil
 		}
-		c.queueExportStatuses(Key{Namespace: ref.namespace, Name: ref.name}, overlaid, cached)
+		c.queueImportReaders(Key{Namespace: ref.namespace, Name: ref.name}, overlaid, cached)
 	}
 }
 

@@ -66,8 +66,18 @@ func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberVi
 		}
 		view.ServiceTaken = holder != nil
 	}
-	view.Slices, err = r.hubSlices(key)
-	return view, holder, err
+	if view.Slices, err = r.hubSlices(key); err != nil {
+		return view, holder, err
+	}
+	imp, err := r.liveImport(key.Namespace, key.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return view, holder, err
+	case ownedBy(imp, key.ClusterSet()):
+		view.PortClaims = endpoints.ImportPortClaims(imp)
+	}
+	return view, holder, nil
 }
 
 // readImport returns the hub view of a clusterset key, and the object of

@@ -160,6 +160,70 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 		}
 	})
 
+	t.Run("an export that lost a port name leaves it out of its MCS slices until the winner goes", func(t *testing.T) {
+		// The data plane pairs the derived Service's ports with slice
+		// ports by name: west's "http" (8080) lost to east's (80), so
+		// west's slices must not carry "http", or traffic to 80 would
+		// reach west. The mcs-api suite's StrictPortConflict asks this.
+		east.service(t, "strict", nil)
+		west.service(t, "strict", func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 })
+		applySlices(t, e.east.Client, "strict", endpointSlice("strict", "strict-east", 1, 2, true))
+		applySlices(t, e.west.Client, "strict", endpointSlice("strict", "strict-west", 2, 2, true))
+		east.export(t, "strict", nil) // older: wins "http"
+		west.export(t, "strict", nil)
+		west.condition(t, "strict", "Conflict", metav1.ConditionTrue, "PortConflict")
+		slicePorts := func(cluster string) (string, error) {
+			list, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).List(context.Background(), metav1.ListOptions{
+				LabelSelector: mcsv1beta1.LabelServiceName + "=strict," + mcsv1beta1.LabelSourceCluster + "=" + cluster,
+			})
+			if err != nil {
+				return "", err
+			}
+			var ports []string
+			n := 0
+			for _, s := range list.Items {
+				n += len(s.Endpoints)
+				for _, p := range s.Ports {
+					ports = append(ports, fmt.Sprintf("%s:%d", ptr.Deref(p.Name, ""), ptr.Deref(p.Port, 0)))
+				}
+			}
+			if n != 2 {
+				return "", fmt.Errorf("%s has %d endpoints in the hub, want 2", cluster, n)
+			}
+			return strings.Join(ports, ","), nil
+		}
+		wantPorts := func(want map[string]string) {
+			t.Helper()
+			eventually(t, waitTimeout, func() error {
+				for cluster, w := range want {
+					got, err := slicePorts(cluster)
+					if err != nil {
+						return err
+					}
+					if got != w {
+						return fmt.Errorf("%s's MCS slices have ports %q, want %q", cluster, got, w)
+					}
+				}
+				return nil
+			})
+		}
+		wantPorts(map[string]string{"east": "http:8080", "west": ""})
+
+		// With east's export gone, the name is west's.
+		east.unexport(t, "strict")
+		wantPorts(map[string]string{"west": "http:8080"})
+		eventually(t, waitTimeout, func() error {
+			imp, err := e.serviceImport(t, "strict")
+			if err != nil {
+				return err
+			}
+			if len(imp.Spec.Ports) != 1 || imp.Spec.Ports[0].Port != 8080 {
+				return fmt.Errorf("import ports %+v, want west's 8080", imp.Spec.Ports)
+			}
+			return nil
+		})
+	})
+
 	t.Run("a member renumbering a port raises ExportConflict once, and ConflictResolved when it agrees again", func(t *testing.T) {
 		// Only the import's Conflict condition changes: its ports are
 		// east's, the oldest export's, throughout.

@@ -218,11 +218,20 @@ func (n *Node) TrustRegistry(r *Registry) error {
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
 		return err
 	}
-	hosts := fmt.Sprintf(`server = "https://%s"
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hostsTOML(r.Host, addr, filepath.Join(dir, "ca.crt"))), 0o600)
+}
 
-[host."https://%s"]
-  capabilities = ["pull", "resolve"]
-  ca = %q
-`, r.Host, addr, filepath.Join(dir, "ca.crt"))
-	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o600)
+// hostsTOML is containerd's hosts.toml for the registry named server,
+// reached at addr (IP:PORT, an IPv6 literal in brackets) with the CA in ca.
+// The host is a quoted key inside [host], not a table header of its own
+// ([host."https://ADDR"]): containerd 1.6 parses hosts.toml with go-toml
+// v1, which refuses a ']' in a table header's key ("table key cannot
+// contain ']'"), and so the whole file for an IPv6 address; the pull then
+// goes to server itself, which is not reachable from the node.
+func hostsTOML(server, addr, ca string) string {
+	return fmt.Sprintf(`server = "https://%s"
+
+[host]
+  %q = { capabilities = ["pull", "resolve"], ca = %q }
+`, server, "https://"+addr, ca)
 }

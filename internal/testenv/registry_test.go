@@ -86,3 +86,49 @@ func TestRegistryExitsWithItsParent(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A node's hosts.toml names the registry's address on the node's link in
+// a form containerd 1.6 parses: its TOML parser refuses a table header
+// whose key holds ']', as an IPv6 literal's does, and then ignores the
+// whole file.
+func TestTrustRegistryWritesHostsTOMLContainerdParses(t *testing.T) {
+	for _, c := range []struct{ hostIP, addr string }{
+		{"10.250.1.1", "10.250.1.1:5000"},
+		{"fd00:250:1::1", "[fd00:250:1::1]:5000"},
+	} {
+		t.Run(c.hostIP, func(t *testing.T) {
+			dir := t.TempDir()
+			ca := filepath.Join(dir, "registry-ca.crt")
+			if err := os.WriteFile(ca, []byte("CA"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := &Registry{Host: "127.0.0.1:4000", CAFile: ca, nodeAddrs: map[string]string{c.hostIP: c.addr}}
+			n := &Node{Name: "hub-node", HostIP: c.hostIP, dir: dir}
+			if err := n.TrustRegistry(r); err != nil {
+				t.Fatal(err)
+			}
+			hostDir := filepath.Join(dir, "certs.d", r.Host)
+			b, err := os.ReadFile(filepath.Join(hostDir, "hosts.toml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := string(b)
+			want := `server = "https://127.0.0.1:4000"
+
+[host]
+  "https://` + c.addr + `" = { capabilities = ["pull", "resolve"], ca = "` + filepath.Join(hostDir, "ca.crt") + `" }
+`
+			if got != want {
+				t.Errorf("hosts.toml:\n%s\nwant:\n%s", got, want)
+			}
+			for _, l := range strings.Split(got, "\n") {
+				if l = strings.TrimSpace(l); strings.HasPrefix(l, "[") && strings.Count(l, "]") > 1 {
+					t.Errorf("table header %s: containerd 1.6 refuses a ']' in its key", l)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(hostDir, "ca.crt")); err != nil || string(b) != "CA" {
+				t.Errorf("the node's copy of the CA: %q, %v", b, err)
+			}
+		})
+	}
+}

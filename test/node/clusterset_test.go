@@ -48,13 +48,12 @@ const (
 // the ClusterSet IP that kube-proxy programs from the hub's MCS slices; an
 // upgrade to the next release.
 func TestClusterSetOnRealNodes(t *testing.T) {
-	// In IPv4 and dual-stack; beyond IPv4 it also checks the ClusterSet
-	// IPs, AAAA records and IPv6 traffic of each family
-	// (checkClusterSetFamilies). Not yet IPv6-only: there the hub node's
-	// containerd did not pull the release from the registry on the node's
-	// IPv6 link (helm install timed out), a cause still to find; before the
-	// release came from a registry the IPv6-only run passed.
-	for _, family := range []testenv.Family{testenv.FamilyIPv4, testenv.FamilyDualStack} {
+	// In every family: IPv4, IPv6 only and dual-stack. Beyond IPv4 it also
+	// checks the ClusterSet IPs, AAAA records and IPv6 traffic of each
+	// family (checkClusterSetFamilies). In IPv6 only the hub node's
+	// containerd pulls the release from the registry's IPv6 address on the
+	// node's link (Node.TrustRegistry).
+	for _, family := range []testenv.Family{testenv.FamilyIPv4, testenv.FamilyIPv6, testenv.FamilyDualStack} {
 		t.Run(family.String(), func(t *testing.T) { clusterSetOnRealNodes(t, family) })
 	}
 }

@@ -612,7 +612,7 @@ func portDetail(record *endpoints.Export, imp *mcsv1beta1.ServiceImport) string 
 	for _, p := range record.Service.Spec.Ports {
 		for _, ip := range imp.Spec.Ports {
 			if ip.Name == p.Name && (ip.Port != p.Port || ip.Protocol != p.Protocol) {
-				out = append(out, fmt.Sprintf("port %s is %d/%s here and %d/%s in the import, from the oldest export",
+				out = append(out, fmt.Sprintf("port %s is %d/%s here and %d/%s in the import, from the oldest export, so this cluster's MCS slices leave it out",
 					nameOr(p.Name), p.Port, p.Protocol, ip.Port, ip.Protocol))
 			}
 		}

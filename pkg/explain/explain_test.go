@@ -130,7 +130,7 @@ func TestBuildVerdicts(t *testing.T) {
 		{"port conflict", func(in *Input) {
 			in.Members = []Member{healthy("east", 8080, time.Minute), healthy("west", 80, time.Hour)}
 			in.Import = imported("east", "west")
-		}, "conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export"},
+		}, "conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export, so this cluster's MCS slices leave it out"},
 		{"unreachable, kept", func(in *Input) {
 			m := healthy("east", 80, time.Hour)
 			m.Lease, m.Read = lease(5*time.Minute), false

@@ -88,7 +88,7 @@ func TestExplainGivesEveryVerdict(t *testing.T) {
 	west.service(t, "pay", func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 })
 	west.export(t, "pay", nil)
 	expect(t, appNamespace+"/pay", map[string]string{
-		"west": "conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export",
+		"west": "conflict: port http is 8080/TCP here and 80/TCP in the import, from the oldest export, so this cluster's MCS slices leave it out",
 		"east": "imported, in conflict (its values are the ones used): PortConflict (west)",
 	})
 	table(t, appNamespace+"/pay")

@@ -54,6 +54,8 @@ const (
 // hello pods run socat from a `sh -c` script that reads MY_POD_IPS. It runs
 // in every IP family; the specs about addresses check each family of the
 // cluster (A records, AAAA records, connections with `nc -4` and `nc -6`).
+// One subtest mirrors the suite's --dns-domain: a second CoreDNS per
+// cluster serves the ClusterSet under another domain.
 // The StrictPortConflict spec with one port name and different numbers is
 // not mirrored: the daemon fails it (docs/mcs.md says why).
 func TestMCSNewerConformanceSpecs(t *testing.T) {
@@ -334,7 +336,41 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 			}
 		}
 	})
+	// The newest suite takes the ClusterSet's DNS domain as a flag
+	// (--dns-domain, default clusterset.local). The daemon writes no name:
+	// the domain is CoreDNS's multicluster zone alone. Here each cluster
+	// gets a second CoreDNS whose multicluster zone is otherDNSDomain, and
+	// the request pod asks it directly.
+	t.Run("DNS lookups of the <service>.<ns>.svc.<dns-domain> domain for a ClusterIP service should resolve to the clusterset IPs when the ClusterSet's DNS domain is not clusterset.local (--dns-domain)", func(t *testing.T) {
+		for _, c := range cs {
+			server := testenv.StartCoreDNSZoneAt(t, c.KubeconfigPath, c.Node.HostIP, otherDNSDomain)
+			ips := awaitImport(t, c, nsFields, nil).Spec.IPs
+			name := helloService + "." + nsFields + ".svc." + otherDNSDomain + "."
+			clusterset := helloService + "." + nsFields + ".svc.clusterset.local."
+			for _, f := range ipFamilies {
+				want := ofIPFamily(t, ips, f)
+				eventually(t, time.Minute, func() error {
+					got, out, err := podLookup(kubectlBin, c, f, name, server)
+					if err != nil || !slices.Equal(got, want) {
+						return fmt.Errorf("%s: %s records of %s from %s: %v (%v), want the import's %v:\n%s", c.Name, recordType(f), name, server, got, err, want, out)
+					}
+					return nil
+				})
+				// That server does not answer clusterset.local: no
+				// address, and nslookup fails or says it found none.
+				got, out, err := podLookup(kubectlBin, c, f, clusterset, server)
+				if len(got) > 0 || (err == nil && !strings.Contains(strings.ToLower(out), "can't find")) {
+					t.Errorf("%s: %s records of %s from %s: %v (err %v), want none:\n%s", c.Name, recordType(f), clusterset, server, got, err, out)
+				}
+				t.Logf("%s: from %s, %s records of %s: %v; of %s: none (%v)", c.Name, server, recordType(f), name, want, clusterset, err)
+			}
+			expectSRV(t, kubectlBin, c, nsDNS, otherDNSDomain, server)
+		}
+	})
 }
+
+// otherDNSDomain is the ClusterSet DNS domain of the --dns-domain spec.
+const otherDNSDomain = "clusterset.example"
 
 // recordType is the DNS record type of addresses of family f.
 func recordType(f corev1.IPFamily) string {

@@ -64,10 +64,12 @@ func CoreDNSPath() (string, error) {
 // downstream caches an answer. The ready plugin reports on readyPort once the
 // kubernetes caches have synced.
 func CoreDNSCorefile(kubeconfig, kubeContext string, dnsPort, readyPort int) string {
-	return corefileAt("127.0.0.1", kubeconfig, kubeContext, dnsPort, readyPort)
+	return corefileAt("127.0.0.1", ClusterSetZone, kubeconfig, kubeContext, dnsPort, readyPort)
 }
 
-func corefileAt(bindIP, kubeconfig, kubeContext string, dnsPort, readyPort int) string {
+// corefileAt is the Corefile of a server on bindIP that serves the MCS
+// names in zone (the multicluster zone) instead of clusterset.local.
+func corefileAt(bindIP, zone, kubeconfig, kubeContext string, dnsPort, readyPort int) string {
 	return fmt.Sprintf(`.:%d {
     bind %s
     ready 127.0.0.1:%d
@@ -80,7 +82,7 @@ func corefileAt(bindIP, kubeconfig, kubeContext string, dnsPort, readyPort int) 
         startup_timeout 30s
     }
 }
-`, dnsPort, bindIP, readyPort, ClusterSetZone, kubeconfig, kubeContext, ClusterSetZone)
+`, dnsPort, bindIP, readyPort, zone, kubeconfig, kubeContext, zone)
 }
 
 // StartCoreDNS runs CoreDNS (see [CoreDNSPath]) against the cluster of the
@@ -92,17 +94,27 @@ func corefileAt(bindIP, kubeconfig, kubeContext string, dnsPort, readyPort int) 
 // it never skips.
 func StartCoreDNS(t testing.TB, hubKubeconfigPath string) (addr string) {
 	t.Helper()
-	return startCoreDNS(t, hubKubeconfigPath, "127.0.0.1", 0)
+	return startCoreDNS(t, hubKubeconfigPath, "127.0.0.1", 0, ClusterSetZone)
 }
 
 // StartCoreDNSAt is StartCoreDNS serving on ip port 53: the cluster DNS of a
 // node whose pods reach ip (NodeOptions.ClusterDNS = ip).
 func StartCoreDNSAt(t testing.TB, hubKubeconfigPath, ip string) (addr string) {
 	t.Helper()
-	return startCoreDNS(t, hubKubeconfigPath, ip, 53)
+	return startCoreDNS(t, hubKubeconfigPath, ip, 53, ClusterSetZone)
 }
 
-func startCoreDNS(t testing.TB, hubKubeconfigPath, bindIP string, dnsPort int) (addr string) {
+// StartCoreDNSZoneAt is StartCoreDNS serving on a free port of ip, with
+// zone as its multicluster zone in place of [ClusterSetZone]: the MCS
+// names are <svc>.<ns>.svc.<zone>, and clusterset.local is not served. It
+// is what a cluster whose ClusterSet uses another DNS domain runs (the
+// conformance suite's --dns-domain).
+func StartCoreDNSZoneAt(t testing.TB, hubKubeconfigPath, ip, zone string) (addr string) {
+	t.Helper()
+	return startCoreDNS(t, hubKubeconfigPath, ip, 0, zone)
+}
+
+func startCoreDNS(t testing.TB, hubKubeconfigPath, bindIP string, dnsPort int, zone string) (addr string) {
 	t.Helper()
 	bin, err := CoreDNSPath()
 	if err != nil {
@@ -126,7 +138,7 @@ func startCoreDNS(t testing.TB, hubKubeconfigPath, bindIP string, dnsPort int) (
 	// new ports when CoreDNS exits during startup.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		p, err := startCoreDNSProcess(bin, dir, kubeconfig, kc.CurrentContext, bindIP, dnsPort)
+		p, err := startCoreDNSProcess(bin, dir, kubeconfig, kc.CurrentContext, bindIP, dnsPort, zone)
 		if err != nil {
 			lastErr = err
 			if errors.Is(err, errCoreDNSExited) {
@@ -157,11 +169,12 @@ type coreDNSProcess struct {
 	addr     string
 	corefile string
 	logPath  string
+	zone     string // the multicluster zone
 }
 
-func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext, bindIP string, dnsPort int) (*coreDNSProcess, error) {
+func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext, bindIP string, dnsPort int, zone string) (*coreDNSProcess, error) {
 	if dnsPort == 0 {
-		p, err := freeUDPAndTCPPort()
+		p, err := freeUDPAndTCPPort(bindIP)
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +184,7 @@ func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext, bindIP string, dnsPo
 	if err != nil {
 		return nil, err
 	}
-	corefile := corefileAt(bindIP, kubeconfig, kubeContext, dnsPort, readyPort)
+	corefile := corefileAt(bindIP, zone, kubeconfig, kubeContext, dnsPort, readyPort)
 	corefilePath := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(corefilePath, []byte(corefile), 0o600); err != nil {
 		return nil, err
@@ -195,6 +208,7 @@ func startCoreDNSProcess(bin, dir, kubeconfig, kubeContext, bindIP string, dnsPo
 		addr:     net.JoinHostPort(bindIP, strconv.Itoa(dnsPort)),
 		corefile: corefile,
 		logPath:  logPath,
+		zone:     zone,
 	}
 	go func() {
 		p.waitErr = cmd.Wait()
@@ -248,7 +262,7 @@ func (p *coreDNSProcess) check(client *http.Client, readyURL string) error {
 			return d.DialContext(ctx, network, p.addr)
 		}}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := r.LookupNS(ctx, ClusterSetZone+".")
+		_, err := r.LookupNS(ctx, p.zone+".")
 		cancel()
 		var dnsErr *net.DNSError
 		// NS of the apex is answered (ns.dns.<zone>); a NODATA or
@@ -277,15 +291,15 @@ func (p *coreDNSProcess) stop() error {
 	return nil
 }
 
-// freeUDPAndTCPPort returns a port of 127.0.0.1 free for both TCP and UDP.
-func freeUDPAndTCPPort() (int, error) {
+// freeUDPAndTCPPort returns a port of ip free for both TCP and UDP.
+func freeUDPAndTCPPort(ip string) (int, error) {
 	for i := 0; i < 20; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		l.Close()
 		if err != nil {
 			continue
@@ -293,7 +307,7 @@ func freeUDPAndTCPPort() (int, error) {
 		u.Close()
 		return port, nil
 	}
-	return 0, errors.New("no port of 127.0.0.1 is free for both TCP and UDP")
+	return 0, fmt.Errorf("no port of %s is free for both TCP and UDP", ip)
 }
 
 func freeTCPPort() (int, error) {

@@ -69,3 +69,21 @@ func TestCoreDNSCorefile(t *testing.T) {
 		}
 	}
 }
+
+// The Corefile of StartCoreDNSZoneAt serves the MCS names under its zone
+// alone: clusterset.local is nowhere in it.
+func TestCoreDNSCorefileOfAnotherZone(t *testing.T) {
+	got := corefileAt("fd00:250:1::1", "clusterset.example", "/k/kubeconfig", "hub", 5353, 8181)
+	for _, want := range []string{
+		"bind fd00:250:1::1",
+		"kubernetes cluster.local clusterset.example {",
+		"multicluster clusterset.example",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Corefile lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, ClusterSetZone) {
+		t.Errorf("Corefile names %s:\n%s", ClusterSetZone, got)
+	}
+}

@@ -196,29 +196,3 @@ func checkClusterSetFamilies(t *testing.T, hub *testenv.Cluster, family testenv.
 		return nil
 	})
 }
-
-// dualStackServices makes the cluster's API server create the conformance
-// suite's Services (namespaces mcs-conformance-*) PreferDualStack, so that
-// in a dual-stack ClusterSet they, and so their imports, have an IP of
-// each family.
-func dualStackServices(t *testing.T, c *testenv.Cluster) {
-	t.Helper()
-	ctx := context.Background()
-	name := "mcs-conformance-dual-stack"
-	conformancePolicy(t, c, name, "services", `Object{spec: Object.spec{ipFamilyPolicy: "PreferDualStack"}}`)
-	// The policy applies once the API server has read it: wait until a
-	// Service created (dry run) in such a namespace comes out dual-stack.
-	probe := name + "-probe"
-	mustCreateNamespace(t, c.Client, probe)
-	defer func() { _ = c.Client.CoreV1().Namespaces().Delete(ctx, probe, metav1.DeleteOptions{}) }()
-	eventually(t, time.Minute, func() error {
-		svc, err := c.Client.CoreV1().Services(probe).Create(ctx, echoService(probe, "probe", false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if len(svc.Spec.IPFamilies) != 2 {
-			return fmt.Errorf("a Service in %s is created with families %v, policy %v", probe, svc.Spec.IPFamilies, ptr.Deref(svc.Spec.IPFamilyPolicy, ""))
-		}
-		return nil
-	})
-}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -50,12 +50,23 @@ const (
 // Two clusters, alpha and beta, each a hub of the ClusterSet with its own
 // daemon and CoreDNS; the clients and servers are the images the newest
 // suite names, served by the local stand-ins: a netshoot pod per cluster runs
-// nslookup and `nc -4 -w` through kubectl exec, and the hello pods run
-// socat from a `sh -c` script that reads MY_POD_IPS. The StrictPortConflict
-// spec with one port name and different numbers is not mirrored: the
-// daemon fails it (docs/mcs.md says why).
+// nslookup and `nc -4 -w` (`-6` for IPv6) through kubectl exec, and the
+// hello pods run socat from a `sh -c` script that reads MY_POD_IPS. It runs
+// in every IP family; the specs about addresses check each family of the
+// cluster (A records, AAAA records, connections with `nc -4` and `nc -6`).
+// One subtest mirrors the suite's --dns-domain: a second CoreDNS per
+// cluster serves the ClusterSet under another domain.
+// The StrictPortConflict spec with one port name and different numbers is
+// not mirrored: the daemon fails it (docs/mcs.md says why).
 func TestMCSNewerConformanceSpecs(t *testing.T) {
+	for _, family := range testenv.Families {
+		t.Run(family.String(), func(t *testing.T) { mcsNewerConformanceSpecs(t, family) })
+	}
+}
+
+func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 	testenv.RequireRoot(t)
+	testenv.RequireFamily(t, family)
 	assets := testenv.RequireAssets(t)
 	before := testenv.SnapshotHost()
 	var dirs []string
@@ -67,7 +78,7 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 	var specs []testenv.Spec
 	for _, n := range []string{"alpha", "beta"} {
 		specs = append(specs, testenv.Spec{Name: n, Options: testenv.Options{CRDs: true,
-			Node: &testenv.NodeOptions{ClusterDNSAtHost: true, MCSConformance: true}}})
+			Node: &testenv.NodeOptions{ClusterDNSAtHost: true, MCSConformance: true, Family: family}}})
 	}
 	cs := testenv.StartAllT(t, specs...)
 	alpha, beta := cs[0], cs[1]
@@ -90,8 +101,11 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 	}
 	kubectlBin := filepath.Join(assets, "kubectl")
 	ctx := context.Background()
+	ipFamilies := family.IPFamilies()
 
-	// alpha exports every scenario's service first.
+	// alpha exports every scenario's service first. Every Service has
+	// each family of the cluster: fields is PreferDualStack (the spec on
+	// IP families is about it), the rest RequireDualStack in dual-stack.
 	fields := serviceOf(nsFields, tcpPort("tcp", helloPort, helloPort))
 	fields.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 	fields.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](10)}}
@@ -101,22 +115,22 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 	create(t, alpha, fields)
 	dnsPorts := []corev1.ServicePort{tcpPort("tcp", helloPort, helloPort),
 		{Name: "udp", Port: helloPort, Protocol: corev1.ProtocolUDP}}
-	create(t, alpha, helloDeployment(nsDNS), serviceOf(nsDNS, dnsPorts...))
-	headless := serviceOf(nsHeadless, tcpPort("tcp", helloPort, helloPort))
+	create(t, alpha, helloDeployment(nsDNS), ofFamily(serviceOf(nsDNS, dnsPorts...), family))
+	headless := ofFamily(serviceOf(nsHeadless, tcpPort("tcp", helloPort, helloPort)), family)
 	headless.Spec.ClusterIP = corev1.ClusterIPNone
 	create(t, alpha, helloStatefulSet(nsHeadless, 2), headless)
-	create(t, alpha, serviceOf(nsType, tcpPort("tcp", helloPort, helloPort)))
-	create(t, alpha, helloDeployment(nsPortName), serviceOf(nsPortName, tcpPort("tcp", helloPort, helloPort)))
+	create(t, alpha, ofFamily(serviceOf(nsType, tcpPort("tcp", helloPort, helloPort)), family))
+	create(t, alpha, helloDeployment(nsPortName), ofFamily(serviceOf(nsPortName, tcpPort("tcp", helloPort, helloPort)), family))
 	for _, ns := range []string{nsFields, nsDNS, nsHeadless, nsType, nsPortName} {
 		exportService(t, alpha, ns)
 	}
 
 	// beta: the same hello in nsDNS, not exported; the conflicting ones.
-	create(t, beta, helloDeployment(nsDNS), serviceOf(nsDNS, dnsPorts...))
-	headlessType := serviceOf(nsType, tcpPort("tcp", helloPort, helloPort))
+	create(t, beta, helloDeployment(nsDNS), ofFamily(serviceOf(nsDNS, dnsPorts...), family))
+	headlessType := ofFamily(serviceOf(nsType, tcpPort("tcp", helloPort, helloPort)), family)
 	headlessType.Spec.ClusterIP = corev1.ClusterIPNone
 	create(t, beta, headlessType)
-	create(t, beta, helloDeployment(nsPortName), serviceOf(nsPortName, tcpPort("tcp2", 4242, helloPort)))
+	create(t, beta, helloDeployment(nsPortName), ofFamily(serviceOf(nsPortName, tcpPort("tcp2", 4242, helloPort)), family))
 	// The conflicting exports come after alpha's are imported, at least a
 	// second later (creation times have seconds), so alpha's is the oldest.
 	for _, ns := range []string{nsType, nsPortName} {
@@ -170,26 +184,37 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 	})
 	t.Run("A ClusterSetIP ServiceImport should be allocated one IP per IP family", func(t *testing.T) {
 		exported := liveService(t, alpha, nsFields)
+		// The exported Service is PreferDualStack: it has every family
+		// of the cluster, two in dual-stack.
+		if !slices.Equal(exported.Spec.IPFamilies, ipFamilies) {
+			t.Fatalf("the exported Service has ipFamilies %v, want the cluster's %v", exported.Spec.IPFamilies, ipFamilies)
+		}
 		for _, c := range cs {
 			si := awaitImport(t, c, nsFields, func(si *mcsv1beta1.ServiceImport) error {
 				if si.Spec.Type != mcsv1beta1.ClusterSetIP || !slices.Equal(si.Spec.IPFamilies, exported.Spec.IPFamilies) {
 					return fmt.Errorf("type %s, ipFamilies %v; want ClusterSetIP, %v", si.Spec.Type, si.Spec.IPFamilies, exported.Spec.IPFamilies)
 				}
-				if len(si.Spec.IPs) != len(si.Spec.IPFamilies) {
-					return fmt.Errorf("ips %v for ipFamilies %v", si.Spec.IPs, si.Spec.IPFamilies)
+				got, err := familiesOf(si.Spec.IPs)
+				if err != nil {
+					return fmt.Errorf("ips %v: %w", si.Spec.IPs, err)
 				}
-				for i, ip := range si.Spec.IPs {
-					if family := ipFamilyOf(ip); family != si.Spec.IPFamilies[i] {
-						return fmt.Errorf("ips[%d] %q is %q, ipFamilies[%d] is %s", i, ip, family, i, si.Spec.IPFamilies[i])
-					}
+				if !slices.Equal(got, si.Spec.IPFamilies) {
+					return fmt.Errorf("ips %v of families %v, want one IP of each of ipFamilies %v, in that order", si.Spec.IPs, got, si.Spec.IPFamilies)
 				}
 				return nil
 			})
+			// Each in the cluster's Service range of its family.
+			for i, ip := range si.Spec.IPs {
+				if cidr := c.Node.ServiceCIDRs[i]; !netip.MustParsePrefix(cidr).Contains(netip.MustParseAddr(ip)) {
+					t.Errorf("%s: the import's %s IP %s is outside the cluster's %s Service range %s", c.Name, si.Spec.IPFamilies[i], ip, si.Spec.IPFamilies[i], cidr)
+				}
+			}
 			// The IPs are the derived Service's, which kube-proxy routes.
 			derived := derivedService(t, c, si)
 			if !slices.Equal(si.Spec.IPs, derived.Spec.ClusterIPs) {
 				t.Errorf("%s: the import's ips %v, its derived Service %s has clusterIPs %v", c.Name, si.Spec.IPs, derived.Name, derived.Spec.ClusterIPs)
 			}
+			t.Logf("%s: the import's ipFamilies %v, ips %v", c.Name, si.Spec.IPFamilies, si.Spec.IPs)
 		}
 	})
 	t.Run("A service exported on two clusters with conflicting headlessness should apply the conflict resolution policy and report a Conflict condition on each ServiceExport", func(t *testing.T) {
@@ -215,85 +240,81 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 		}
 	})
 	t.Run("A DNS SRV query of the <service>.<ns>.svc.clusterset.local domain for a ClusterIP service should return valid SRV records", func(t *testing.T) {
-		name := helloService + "." + nsDNS + ".svc.clusterset.local"
 		for _, c := range cs {
-			eventually(t, time.Minute, func() error {
-				out, err := podShell(kubectlBin, c, "nslookup -type=SRV "+name+".")
-				if err != nil {
-					return err
-				}
-				// Ports tcp/42 and udp/42: one record for the one port number.
-				got := nslookupSRV(out)
-				if want := []srvRecord{{port: helloPort, target: name}}; !slices.Equal(got, want) {
-					return fmt.Errorf("%s: SRV %v, want %v:\n%s", c.Name, got, want, out)
-				}
-				return nil
-			})
+			expectSRV(t, kubectlBin, c, nsDNS, testenv.ClusterSetZone, "")
 		}
 	})
 	t.Run("DNS lookups of the <service>.<ns>.svc.cluster.local domain for a ClusterIP service should only resolve local services", func(t *testing.T) {
-		local := liveService(t, alpha, nsFields).Spec.ClusterIP
+		local := liveService(t, alpha, nsFields).Spec.ClusterIPs
 		imported := awaitImport(t, alpha, nsFields, nil).Spec.IPs
 		name := helloService + "." + nsFields + ".svc.cluster.local."
-		eventually(t, time.Minute, func() error {
-			out, err := podShell(kubectlBin, alpha, "nslookup -type=A "+name)
-			if err != nil {
-				return err
-			}
-			if got := nslookupAddresses(out); !slices.Equal(got, []string{local}) {
-				return fmt.Errorf("alpha: %s is %v, want its own Service's %s (the import's IPs are %v)", name, got, local, imported)
-			}
-			return nil
-		})
-		// beta imports hello but has no Service of that name.
 		clusterset := helloService + "." + nsFields + ".svc.clusterset.local."
+		// beta imports hello but has no Service of that name.
 		betaIPs := awaitImport(t, beta, nsFields, nil).Spec.IPs
-		eventually(t, time.Minute, func() error {
-			out, err := podShell(kubectlBin, beta, "nslookup -type=A "+clusterset)
-			if got := nslookupAddresses(out); err != nil || !slices.Equal(got, betaIPs) {
-				return fmt.Errorf("beta: %s is %v (%v), want the import's %v:\n%s", clusterset, got, err, betaIPs, out)
+		for _, f := range ipFamilies {
+			want := ofIPFamily(t, local, f)
+			eventually(t, time.Minute, func() error {
+				got, out, err := podLookup(kubectlBin, alpha, f, name, "")
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, want) {
+					return fmt.Errorf("alpha: %s records of %s: %v, want its own Service's %v (the import's IPs are %v):\n%s", recordType(f), name, got, want, imported, out)
+				}
+				return nil
+			})
+			wantBeta := ofIPFamily(t, betaIPs, f)
+			eventually(t, time.Minute, func() error {
+				got, out, err := podLookup(kubectlBin, beta, f, clusterset, "")
+				if err != nil || !slices.Equal(got, wantBeta) {
+					return fmt.Errorf("beta: %s records of %s: %v (%v), want the import's %v:\n%s", recordType(f), clusterset, got, err, wantBeta, out)
+				}
+				return nil
+			})
+			got, out, err := podLookup(kubectlBin, beta, f, name, "")
+			if err == nil || len(got) > 0 || !strings.Contains(out+err.Error(), "NXDOMAIN") {
+				t.Errorf("beta: %s records of %s: %v (err %v), want NXDOMAIN:\n%s", recordType(f), name, got, err, out)
 			}
-			return nil
-		})
-		out, err := podShell(kubectlBin, beta, "nslookup -type=A "+name)
-		if got := nslookupAddresses(out); err == nil || len(got) > 0 || !strings.Contains(out+err.Error(), "NXDOMAIN") {
-			t.Errorf("beta: %s resolves to %v (err %v), want NXDOMAIN:\n%s", name, got, err, out)
+			t.Logf("%s records: %s in alpha %v, in beta NXDOMAIN; %s in beta %v", recordType(f), name, want, clusterset, wantBeta)
 		}
 	})
 	t.Run("A DNS query of the <hostname>.<clusterid>.<service>.<ns>.svc.clusterset.local domain for a headless StatefulSet service should return the requested pod's endpoint address", func(t *testing.T) {
 		for _, c := range cs {
-			var eps []discoveryv1.Endpoint
-			var clusterID string
-			eventually(t, 2*time.Minute, func() error {
-				var err error
-				eps, clusterID, err = mcsEndpoints(c, nsHeadless)
-				if err != nil {
-					return err
-				}
-				ready := 0
-				for _, ep := range eps {
-					if ptr.Deref(ep.Conditions.Ready, false) && ptr.Deref(ep.Hostname, "") != "" {
-						ready++
+			for _, f := range ipFamilies {
+				var eps []discoveryv1.Endpoint
+				var clusterID string
+				eventually(t, 2*time.Minute, func() error {
+					var err error
+					eps, clusterID, err = mcsEndpoints(c, nsHeadless, discoveryv1.AddressType(f))
+					if err != nil {
+						return err
 					}
-				}
-				if ready != 2 || len(eps) != 2 {
-					return fmt.Errorf("%s: MCS endpoints %s, want 2 ready with hostnames", c.Name, toJSON(eps))
-				}
-				return nil
-			})
-			if clusterID != alpha.Name {
-				t.Errorf("%s: the MCS slices' source cluster is %q, want alpha", c.Name, clusterID)
-			}
-			for _, ep := range eps {
-				name := fmt.Sprintf("%s.%s.%s.%s.svc.clusterset.local.", *ep.Hostname, clusterID, helloService, nsHeadless)
-				want := slices.Sorted(slices.Values(ep.Addresses))
-				eventually(t, time.Minute, func() error {
-					out, err := podShell(kubectlBin, c, "nslookup -type=A "+name)
-					if got := nslookupAddresses(out); err != nil || !slices.Equal(got, want) {
-						return fmt.Errorf("%s: %s is %v (%v), want %v:\n%s", c.Name, name, got, err, want, out)
+					ready := 0
+					for _, ep := range eps {
+						if ptr.Deref(ep.Conditions.Ready, false) && ptr.Deref(ep.Hostname, "") != "" {
+							ready++
+						}
+					}
+					if ready != 2 || len(eps) != 2 {
+						return fmt.Errorf("%s: MCS %s endpoints %s, want 2 ready with hostnames", c.Name, f, toJSON(eps))
 					}
 					return nil
 				})
+				if clusterID != alpha.Name {
+					t.Errorf("%s: the MCS %s slices' source cluster is %q, want alpha", c.Name, f, clusterID)
+				}
+				for _, ep := range eps {
+					name := fmt.Sprintf("%s.%s.%s.%s.svc.clusterset.local.", *ep.Hostname, clusterID, helloService, nsHeadless)
+					want := ofIPFamily(t, ep.Addresses, f)
+					eventually(t, time.Minute, func() error {
+						got, out, err := podLookup(kubectlBin, c, f, name, "")
+						if err != nil || !slices.Equal(got, want) {
+							return fmt.Errorf("%s: %s records of %s: %v (%v), want %v:\n%s", c.Name, recordType(f), name, got, err, want, out)
+						}
+						return nil
+					})
+					t.Logf("%s: %s records of %s: %v", c.Name, recordType(f), name, want)
+				}
 			}
 		}
 	})
@@ -301,15 +322,129 @@ func TestMCSNewerConformanceSpecs(t *testing.T) {
 		want := helloPodIP(t, alpha, nsDNS)
 		other := helloPodIP(t, beta, nsDNS)
 		for _, c := range cs {
-			expectOnlyFrom(t, kubectlBin, c, nsDNS, helloPort, want, other)
+			for _, f := range ipFamilies {
+				expectOnlyFrom(t, kubectlBin, c, f, nsDNS, helloPort, want, other)
+			}
 		}
 	})
 	t.Run("Connectivity to exported services with different port name on each cluster should route traffic to each port only to the cluster that exposes it (StrictPortConflict)", func(t *testing.T) {
 		a, b := helloPodIP(t, alpha, nsPortName), helloPodIP(t, beta, nsPortName)
 		for _, c := range cs {
-			expectOnlyFrom(t, kubectlBin, c, nsPortName, helloPort, a, b)
-			expectOnlyFrom(t, kubectlBin, c, nsPortName, 4242, b, a)
+			for _, f := range ipFamilies {
+				expectOnlyFrom(t, kubectlBin, c, f, nsPortName, helloPort, a, b)
+				expectOnlyFrom(t, kubectlBin, c, f, nsPortName, 4242, b, a)
+			}
 		}
+	})
+	// The newest suite takes the ClusterSet's DNS domain as a flag
+	// (--dns-domain, default clusterset.local). The daemon writes no name:
+	// the domain is CoreDNS's multicluster zone alone. Here each cluster
+	// gets a second CoreDNS whose multicluster zone is otherDNSDomain, and
+	// the request pod asks it directly.
+	t.Run("DNS lookups of the <service>.<ns>.svc.<dns-domain> domain for a ClusterIP service should resolve to the clusterset IPs when the ClusterSet's DNS domain is not clusterset.local (--dns-domain)", func(t *testing.T) {
+		for _, c := range cs {
+			server := testenv.StartCoreDNSZoneAt(t, c.KubeconfigPath, c.Node.HostIP, otherDNSDomain)
+			ips := awaitImport(t, c, nsFields, nil).Spec.IPs
+			name := helloService + "." + nsFields + ".svc." + otherDNSDomain + "."
+			clusterset := helloService + "." + nsFields + ".svc.clusterset.local."
+			for _, f := range ipFamilies {
+				want := ofIPFamily(t, ips, f)
+				eventually(t, time.Minute, func() error {
+					got, out, err := podLookup(kubectlBin, c, f, name, server)
+					if err != nil || !slices.Equal(got, want) {
+						return fmt.Errorf("%s: %s records of %s from %s: %v (%v), want the import's %v:\n%s", c.Name, recordType(f), name, server, got, err, want, out)
+					}
+					return nil
+				})
+				// That server does not answer clusterset.local: no
+				// address, and nslookup fails or says it found none.
+				got, out, err := podLookup(kubectlBin, c, f, clusterset, server)
+				if len(got) > 0 || (err == nil && !strings.Contains(strings.ToLower(out), "can't find")) {
+					t.Errorf("%s: %s records of %s from %s: %v (err %v), want none:\n%s", c.Name, recordType(f), clusterset, server, got, err, out)
+				}
+				t.Logf("%s: from %s, %s records of %s: %v; of %s: none (%v)", c.Name, server, recordType(f), name, want, clusterset, err)
+			}
+			expectSRV(t, kubectlBin, c, nsDNS, otherDNSDomain, server)
+		}
+	})
+}
+
+// otherDNSDomain is the ClusterSet DNS domain of the --dns-domain spec.
+const otherDNSDomain = "clusterset.example"
+
+// recordType is the DNS record type of addresses of family f.
+func recordType(f corev1.IPFamily) string {
+	if f == corev1.IPv6Protocol {
+		return "AAAA"
+	}
+	return "A"
+}
+
+// ofIPFamily returns, sorted, those of ips that are of family f, as
+// nslookup prints them; it fails t when there are none, so that a check
+// of a family never passes on nothing.
+func ofIPFamily(t *testing.T, ips []string, f corev1.IPFamily) []string {
+	t.Helper()
+	var out []string
+	for _, s := range ips {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if fams, _ := familiesOf([]string{s}); fams[0] == f {
+			out = append(out, a.Unmap().String())
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no %s address in %v", f, ips)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// podLookup asks, from the request pod of c, for name's records of family
+// f (nslookup -type=A or AAAA), of the pod's nameserver or, if server is
+// not "", of server (host:port); it returns the addresses answered,
+// normalised and sorted, and what nslookup printed.
+func podLookup(kubectlBin string, c *testenv.Cluster, f corev1.IPFamily, name, server string) ([]string, string, error) {
+	script := "nslookup -type=" + recordType(f) + " " + name
+	if server != "" {
+		script += " " + server
+	}
+	out, err := podShell(kubectlBin, c, script)
+	var got []string
+	for _, s := range nslookupAddresses(out) {
+		if a, perr := netip.ParseAddr(s); perr == nil {
+			s = a.Unmap().String()
+		}
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	return got, out, err
+}
+
+// expectSRV checks, from the request pod of c, that the SRV records of
+// hello in ns under domain (of server, or of the pod's nameserver when
+// server is "") are one record, for port 42 (tcp/42 and udp/42 share the
+// number), whose target is the service's name under domain.
+func expectSRV(t *testing.T, kubectlBin string, c *testenv.Cluster, ns, domain, server string) {
+	t.Helper()
+	name := helloService + "." + ns + ".svc." + domain
+	script := "nslookup -type=SRV " + name + "."
+	if server != "" {
+		script += " " + server
+	}
+	eventually(t, time.Minute, func() error {
+		out, err := podShell(kubectlBin, c, script)
+		if err != nil {
+			return err
+		}
+		got := nslookupSRV(out)
+		if want := []srvRecord{{port: helloPort, target: name}}; !slices.Equal(got, want) {
+			return fmt.Errorf("%s: SRV %v, want %v:\n%s", c.Name, got, want, out)
+		}
+		t.Logf("%s: SRV records of %s: %v", c.Name, name, got)
+		return nil
 	})
 }
 
@@ -417,9 +552,9 @@ func derivedService(t *testing.T, c *testenv.Cluster, si *mcsv1beta1.ServiceImpo
 	return s
 }
 
-// mcsEndpoints returns the endpoints of the MCS slices of hello in ns in c,
-// and the cluster they name as their source.
-func mcsEndpoints(c *testenv.Cluster, ns string) ([]discoveryv1.Endpoint, string, error) {
+// mcsEndpoints returns the endpoints of the MCS slices of hello in ns in c
+// of one address type, and the cluster they name as their source.
+func mcsEndpoints(c *testenv.Cluster, ns string, addressType discoveryv1.AddressType) ([]discoveryv1.Endpoint, string, error) {
 	list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
 		LabelSelector: mcsv1beta1.LabelServiceName + "=" + helloService})
 	if err != nil {
@@ -428,7 +563,7 @@ func mcsEndpoints(c *testenv.Cluster, ns string) ([]discoveryv1.Endpoint, string
 	var eps []discoveryv1.Endpoint
 	var source string
 	for _, s := range list.Items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+		if s.AddressType != addressType {
 			continue
 		}
 		source = s.Labels[mcsv1beta1.LabelSourceCluster]
@@ -448,17 +583,6 @@ func toJSON(v any) string {
 }
 
 func equalJSON(a, b any) bool { return toJSON(a) == toJSON(b) }
-
-func ipFamilyOf(ip string) corev1.IPFamily {
-	switch a := net.ParseIP(ip); {
-	case a == nil:
-		return ""
-	case a.To4() != nil:
-		return corev1.IPv4Protocol
-	default:
-		return corev1.IPv6Protocol
-	}
-}
 
 func tcpPort(name string, port, target int32) corev1.ServicePort {
 	return corev1.ServicePort{Name: name, Port: port, TargetPort: intstr.FromInt32(target), Protocol: corev1.ProtocolTCP}
@@ -634,13 +758,19 @@ func helloPodIP(t *testing.T, c *testenv.Cluster, ns string) string {
 const connections = 10
 
 // expectOnlyFrom connects, from the request pod of c, to the ClusterSet
-// name of hello in ns on port, as the suite does (echo hi | nc -4 -w),
-// until a round of connections all reach the pod at want; it fails at
-// once if one reaches the pod at never.
-func expectOnlyFrom(t *testing.T, kubectlBin string, c *testenv.Cluster, ns string, port int, want, never string) {
+// name of hello in ns on port, as the suite does (echo hi | nc -4 -w, or
+// nc -6 for family IPv6: to the ClusterSet IP of that family), until a
+// round of connections all reach the pod at want; it fails at once if one
+// reaches the pod at never. The pods answer with their first IP, whatever
+// the family of the connection.
+func expectOnlyFrom(t *testing.T, kubectlBin string, c *testenv.Cluster, f corev1.IPFamily, ns string, port int, want, never string) {
 	t.Helper()
 	name := helloService + "." + ns + ".svc.clusterset.local"
-	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo hi | nc -4 -w 2 %s %d; echo; i=$((i+1)); done`, connections, name, port)
+	flag := "-4"
+	if f == corev1.IPv6Protocol {
+		flag = "-6"
+	}
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo hi | nc %s -w 2 %s %d; echo; i=$((i+1)); done`, connections, flag, name, port)
 	eventually(t, 2*time.Minute, func() error {
 		out, err := podShell(kubectlBin, c, script)
 		if err != nil {
@@ -653,11 +783,12 @@ func expectOnlyFrom(t *testing.T, kubectlBin string, c *testenv.Cluster, ns stri
 			}
 		}
 		if by[never] > 0 {
-			t.Fatalf("%s: connections to %s:%d reached %s, which does not export that port: %v", c.Name, name, port, never, by)
+			t.Fatalf("%s: %s connections to %s:%d reached %s, which does not export that port: %v", c.Name, f, name, port, never, by)
 		}
 		if by[want] != connections {
-			return fmt.Errorf("%s: %s:%d: answers by pod IP %v, want all %d from %s", c.Name, name, port, by, connections, want)
+			return fmt.Errorf("%s: %s to %s:%d: answers by pod IP %v, want all %d from %s", c.Name, f, name, port, by, connections, want)
 		}
+		t.Logf("%s: %d connections (nc %s) to %s:%d, all answered by %s", c.Name, connections, flag, name, port, want)
 		return nil
 	})
 }

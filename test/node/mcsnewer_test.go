@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -31,15 +32,16 @@ import (
 // The namespaces of TestMCSNewerConformanceSpecs: one per scenario, so that
 // they all run at once on one ClusterSet.
 const (
-	nsClient     = "newer-client"   // the request pods
-	nsFields     = "newer-fields"   // a ClusterIP service with non-default fields, no pods
-	nsDNS        = "newer-dns"      // hello in both clusters, exported from alpha only
-	nsHeadless   = "newer-headless" // a headless StatefulSet service in alpha
-	nsType       = "newer-type"     // ClusterIP in alpha, headless in beta
-	nsPortName   = "newer-portname" // tcp/42 in alpha, tcp2/4242 in beta
-	helloService = "hello"          // the service name of every scenario
-	helloPort    = 42               // where the hello pods listen
-	requestPod   = "request"        // the client pod in nsClient
+	nsClient     = "newer-client"     // the request pods
+	nsFields     = "newer-fields"     // a ClusterIP service with non-default fields, no pods
+	nsDNS        = "newer-dns"        // hello in both clusters, exported from alpha only
+	nsHeadless   = "newer-headless"   // a headless StatefulSet service in alpha
+	nsType       = "newer-type"       // ClusterIP in alpha, headless in beta
+	nsPortName   = "newer-portname"   // tcp/42 in alpha, tcp2/4242 in beta
+	nsPortNumber = "newer-portnumber" // tcp/42 in alpha, tcp/4242 in beta
+	helloService = "hello"            // the service name of every scenario
+	helloPort    = 42                 // where the hello pods listen
+	requestPod   = "request"          // the client pod in nsClient
 	requestImage = testenv.NetshootImage
 )
 
@@ -94,7 +96,7 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 			}
 		}
 		runDaemon(t, c)
-		for _, ns := range []string{nsClient, nsFields, nsDNS, nsHeadless, nsType, nsPortName} {
+		for _, ns := range []string{nsClient, nsFields, nsDNS, nsHeadless, nsType, nsPortName, nsPortNumber} {
 			mustCreateNamespace(t, c.Client, ns)
 		}
 		create(t, c, requestPodObject())
@@ -121,7 +123,8 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 	create(t, alpha, helloStatefulSet(nsHeadless, 2), headless)
 	create(t, alpha, ofFamily(serviceOf(nsType, tcpPort("tcp", helloPort, helloPort)), family))
 	create(t, alpha, helloDeployment(nsPortName), ofFamily(serviceOf(nsPortName, tcpPort("tcp", helloPort, helloPort)), family))
-	for _, ns := range []string{nsFields, nsDNS, nsHeadless, nsType, nsPortName} {
+	create(t, alpha, helloDeployment(nsPortNumber), ofFamily(serviceOf(nsPortNumber, tcpPort("tcp", helloPort, helloPort)), family))
+	for _, ns := range []string{nsFields, nsDNS, nsHeadless, nsType, nsPortName, nsPortNumber} {
 		exportService(t, alpha, ns)
 	}
 
@@ -131,16 +134,17 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 	headlessType.Spec.ClusterIP = corev1.ClusterIPNone
 	create(t, beta, headlessType)
 	create(t, beta, helloDeployment(nsPortName), ofFamily(serviceOf(nsPortName, tcpPort("tcp2", 4242, helloPort)), family))
+	create(t, beta, helloDeployment(nsPortNumber), ofFamily(serviceOf(nsPortNumber, tcpPort("tcp", 4242, helloPort)), family))
 	// The conflicting exports come after alpha's are imported, at least a
 	// second later (creation times have seconds), so alpha's is the oldest.
-	for _, ns := range []string{nsType, nsPortName} {
+	for _, ns := range []string{nsType, nsPortName, nsPortNumber} {
 		eventually(t, time.Minute, func() error {
 			_, err := serviceImport(alpha, ns)
 			return err
 		})
 	}
 	time.Sleep(1100 * time.Millisecond)
-	for _, ns := range []string{nsType, nsPortName} {
+	for _, ns := range []string{nsType, nsPortName, nsPortNumber} {
 		exportService(t, beta, ns)
 	}
 	for _, c := range cs {
@@ -333,6 +337,19 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 			for _, f := range ipFamilies {
 				expectOnlyFrom(t, kubectlBin, c, f, nsPortName, helloPort, a, b)
 				expectOnlyFrom(t, kubectlBin, c, f, nsPortName, 4242, b, a)
+			}
+		}
+	})
+	t.Run("Connectivity to exported services with same port name but different port numbers on each cluster should only route traffic to the cluster that exposes the port (StrictPortConflict)", func(t *testing.T) {
+		// Once each hub holds the merge (alpha's tcp/42 wins, beta's
+		// MCS slices carry no tcp), no connection may reach beta.
+		for _, c := range cs {
+			awaitSourcePorts(t, c, nsPortNumber, map[string]string{alpha.Name: "tcp", beta.Name: ""})
+		}
+		a, b := helloPodIP(t, alpha, nsPortNumber), helloPodIP(t, beta, nsPortNumber)
+		for _, c := range cs {
+			for _, f := range ipFamilies {
+				expectOnlyFrom(t, kubectlBin, c, f, nsPortNumber, helloPort, a, b)
 			}
 		}
 	})
@@ -570,6 +587,39 @@ func mcsEndpoints(c *testenv.Cluster, ns string, addressType discoveryv1.Address
 		eps = append(eps, s.Endpoints...)
 	}
 	return eps, source, nil
+}
+
+// awaitSourcePorts waits until hub c's MCS slices of the hello service in
+// ns, per source cluster, hold endpoints and the port names want gives it
+// (comma-separated, sorted; "" for none).
+func awaitSourcePorts(t *testing.T, c *testenv.Cluster, ns string, want map[string]string) {
+	t.Helper()
+	eventually(t, time.Minute, func() error {
+		list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
+			LabelSelector: mcsv1beta1.LabelServiceName + "=" + helloService})
+		if err != nil {
+			return err
+		}
+		ports := map[string]map[string]bool{}
+		endpoints := map[string]int{}
+		for _, s := range list.Items {
+			cluster := s.Labels[mcsv1beta1.LabelSourceCluster]
+			if ports[cluster] == nil {
+				ports[cluster] = map[string]bool{}
+			}
+			endpoints[cluster] += len(s.Endpoints)
+			for _, p := range s.Ports {
+				ports[cluster][ptr.Deref(p.Name, "")] = true
+			}
+		}
+		for cluster, w := range want {
+			got := strings.Join(slices.Sorted(maps.Keys(ports[cluster])), ",")
+			if endpoints[cluster] == 0 || got != w {
+				return fmt.Errorf("%s: MCS slices of %s/%s from %s: %d endpoints, ports %q; want some endpoints and ports %q", c.Name, ns, helloService, cluster, endpoints[cluster], got, w)
+			}
+		}
+		return nil
+	})
 }
 
 // toJSON shows v as JSON; equalJSON compares two values that way (nil and

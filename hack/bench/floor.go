@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -55,7 +56,9 @@ func newFloor(f *fleet, mode endpoints.PerClusterMode, hubCfg *rest.Config, qps 
 	cfg := rest.CopyConfig(hubCfg)
 	cfg.QPS, cfg.Burst = qps, burst
 	cfg.UserAgent = "endpoint-aggregator-bench-floor"
-	hub, err := kubernetes.NewForConfig(cfg)
+	// The daemon's client settings, so that the floor differs from it only
+	// in what it does.
+	hub, err := kubernetes.NewForConfig(clusters.WithProtobuf(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +68,7 @@ func newFloor(f *fleet, mode endpoints.PerClusterMode, hubCfg *rest.Config, qps 
 	}
 	leaseCfg := rest.CopyConfig(cfg)
 	leaseCfg.QPS, leaseCfg.Burst = memberLeaseQPS, memberLeaseBurst
-	leases, err := kubernetes.NewForConfig(leaseCfg)
+	leases, err := kubernetes.NewForConfig(clusters.WithProtobuf(leaseCfg))
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +222,7 @@ const sliceKeyIndex = "bench-key"
 func (fl *floor) startController(ctx context.Context, memberCfg *rest.Config) (*floorController, error) {
 	cfg := rest.CopyConfig(memberCfg)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	member, err := kubernetes.NewForConfig(cfg)
+	member, err := kubernetes.NewForConfig(clusters.WithProtobuf(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -96,11 +96,11 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	}
 	metrics := easync.NewMetrics(reg)
 	cfg, leaseCfg, aboutCfg := o.hubClientConfigs(hubConfig, metrics)
-	hub, err := kubernetes.NewForConfig(cfg)
+	hub, err := kubernetes.NewForConfig(clusters.WithProtobuf(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
 	}
-	leases, err := kubernetes.NewForConfig(leaseCfg)
+	leases, err := kubernetes.NewForConfig(clusters.WithProtobuf(leaseCfg))
 	if err != nil {
 		return nil, fmt.Errorf("hub client of the member Leases: %w", err)
 	}

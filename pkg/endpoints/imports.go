@@ -150,7 +150,7 @@ func mergePorts(sorted []Export, log *conflictLog) []mcsv1beta1.ServicePort {
 				continue
 			}
 			if cur, ok := byName[p.Name]; ok {
-				if cur.Port != p.Port || cur.Protocol != p.Protocol || !ptrEqual(cur.AppProtocol, p.AppProtocol) {
+				if !samePort(cur, p) {
 					log.add(PortConflict, fmt.Sprintf("port %q", p.Name), owner[p.Name], e.Cluster)
 				}
 				continue

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -609,12 +610,22 @@ func conflictVerdict(cluster string, record *endpoints.Export, merged *endpoints
 // portDetail names the ports of record that differ from the import's.
 func portDetail(record *endpoints.Export, imp *mcsv1beta1.ServiceImport) string {
 	var out []string
+	// The daemon's own rule: the ports this export lost to another.
+	lost := endpoints.PortClaims(imp.Spec.Ports).Lost(record.Service)
 	for _, p := range record.Service.Spec.Ports {
+		if !lost[p.Name] {
+			continue
+		}
 		for _, ip := range imp.Spec.Ports {
-			if ip.Name == p.Name && (ip.Port != p.Port || ip.Protocol != p.Protocol) {
-				out = append(out, fmt.Sprintf("port %s is %d/%s here and %d/%s in the import, from the oldest export, so this cluster's MCS slices leave it out",
-					nameOr(p.Name), p.Port, p.Protocol, ip.Port, ip.Protocol))
+			if ip.Name != p.Name {
+				continue
 			}
+			here, there := fmt.Sprintf("%d/%s", p.Port, p.Protocol), fmt.Sprintf("%d/%s", ip.Port, ip.Protocol)
+			if here == there { // only the appProtocol differs
+				here, there = "appProtocol "+ptr.Deref(p.AppProtocol, "(none)"), "appProtocol "+ptr.Deref(ip.AppProtocol, "(none)")
+			}
+			out = append(out, fmt.Sprintf("port %s is %s here and %s in the import, from the oldest export, so this cluster's MCS slices leave it out",
+				nameOr(p.Name), here, there))
 		}
 	}
 	var missing []string

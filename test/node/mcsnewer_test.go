@@ -164,28 +164,31 @@ func mcsNewerConformanceSpecs(t *testing.T, family testenv.Family) {
 			})
 		}
 	})
-	t.Run("The InternalTrafficPolicy for a ClusterSetIP ServiceImport should match the exported service's InternalTrafficPolicy", func(t *testing.T) {
-		exported := liveService(t, alpha, nsFields)
-		for _, c := range cs {
-			awaitImport(t, c, nsFields, func(si *mcsv1beta1.ServiceImport) error {
-				if !equalJSON(si.Spec.InternalTrafficPolicy, exported.Spec.InternalTrafficPolicy) {
-					return fmt.Errorf("internalTrafficPolicy %s, want %s", toJSON(si.Spec.InternalTrafficPolicy), toJSON(exported.Spec.InternalTrafficPolicy))
-				}
-				return nil
-			})
-		}
-	})
-	t.Run("The TrafficDistribution for a ClusterSetIP ServiceImport should match the exported service's TrafficDistribution", func(t *testing.T) {
-		exported := liveService(t, alpha, nsFields)
-		for _, c := range cs {
-			awaitImport(t, c, nsFields, func(si *mcsv1beta1.ServiceImport) error {
-				if !equalJSON(si.Spec.TrafficDistribution, exported.Spec.TrafficDistribution) {
-					return fmt.Errorf("trafficDistribution %s, want %s", toJSON(si.Spec.TrafficDistribution), toJSON(exported.Spec.TrafficDistribution))
-				}
-				return nil
-			})
-		}
-	})
+	for _, field := range []struct {
+		name, json string
+		// get returns the field of the import and of the exported Service.
+		get func(*mcsv1beta1.ServiceImport, *corev1.Service) (any, any)
+	}{
+		{"InternalTrafficPolicy", "internalTrafficPolicy", func(si *mcsv1beta1.ServiceImport, svc *corev1.Service) (any, any) {
+			return si.Spec.InternalTrafficPolicy, svc.Spec.InternalTrafficPolicy
+		}},
+		{"TrafficDistribution", "trafficDistribution", func(si *mcsv1beta1.ServiceImport, svc *corev1.Service) (any, any) {
+			return si.Spec.TrafficDistribution, svc.Spec.TrafficDistribution
+		}},
+	} {
+		t.Run("The "+field.name+" for a ClusterSetIP ServiceImport should match the exported service's "+field.name, func(t *testing.T) {
+			exported := liveService(t, alpha, nsFields)
+			for _, c := range cs {
+				awaitImport(t, c, nsFields, func(si *mcsv1beta1.ServiceImport) error {
+					got, want := field.get(si, exported)
+					if !equalJSON(got, want) {
+						return fmt.Errorf("%s %s, want %s", field.json, toJSON(got), toJSON(want))
+					}
+					return nil
+				})
+			}
+		})
+	}
 	t.Run("A ClusterSetIP ServiceImport should be allocated one IP per IP family", func(t *testing.T) {
 		exported := liveService(t, alpha, nsFields)
 		// The exported Service is PreferDualStack: it has every family

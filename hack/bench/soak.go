@@ -256,10 +256,12 @@ func runSoak(ctx context.Context, c *config) (_ *soakResult, retErr error) {
 	restartAt := int(math.Round(float64(n) / 2))
 	procStart, proc := 0, 1
 	for k := 0; k <= n; k++ {
-		if err := waitUntil(ctx, d, begin.Add(time.Duration(k)*s.sample)); err != nil {
+		floor, err := liveHeapFloor(ctx, d, gate, begin.Add(time.Duration(k)*s.sample))
+		if err != nil {
 			return nil, err
 		}
 		smp := sampleDaemon(ctx, d, gate)
+		smp.LiveHeapFloor = floor
 		smp.Minute = time.Duration(k) * s.sample
 		smp.Process = proc
 		smp.Age = time.Duration(k-procStart) * s.sample
@@ -325,6 +327,37 @@ func waitUntil(ctx context.Context, d *daemonProc, t time.Time) error {
 		return d.exited()
 	case <-timer.C:
 		return nil
+	}
+}
+
+// liveHeapFloor scrapes the daemon's live heap once a second until t and
+// returns the lowest value seen while every member was reachable (NaN when
+// there was none): the live heap a collection finds includes the work in
+// flight, which swings from one collection to the next, while a leak lifts
+// the floor under it. It fails if the daemon exits meanwhile.
+func liveHeapFloor(ctx context.Context, d *daemonProc, gate *soakGate, t time.Time) (float64, error) {
+	floor := math.NaN()
+	for {
+		next := time.Now().Add(time.Second)
+		if next.After(t) {
+			next = t
+		}
+		if err := waitUntil(ctx, d, next); err != nil {
+			return floor, err
+		}
+		if !time.Now().Before(t) {
+			return floor, nil
+		}
+		if gate.anyDown() {
+			continue
+		}
+		m, err := d.scrape(ctx)
+		if err != nil {
+			continue // a missed scrape only thins the window
+		}
+		if v := m.value("go_gc_heap_live_bytes"); v >= 0 && (math.IsNaN(floor) || v < floor) {
+			floor = v
+		}
 	}
 }
 

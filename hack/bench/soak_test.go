@@ -24,7 +24,7 @@ func soakSeries(rss []float64, restart int) []soakSample {
 		}
 		out = append(out, soakSample{
 			Minute: time.Duration(k) * time.Minute, Process: proc, Age: time.Duration(k-start) * time.Minute,
-			RSS: v, LiveHeap: 60 << 20, Heap: 100 << 20, Goroutines: 50, Watches: 40,
+			RSS: v, LiveHeapFloor: 55 << 20, LiveHeap: 60 << 20, Heap: 100 << 20, Goroutines: 50, Watches: 40,
 		})
 	}
 	return out
@@ -62,6 +62,30 @@ func TestGrowthCheck(t *testing.T) {
 		c := checkOf(t, growthCheck(soakSeries(rising, 100), 3*time.Minute, 0.05), "RSS")
 		if c.Result != "FAIL" {
 			t.Fatalf("got %+v, want FAIL", c)
+		}
+	})
+	t.Run("the live heap's floor is checked, its swing above the floor is not", func(t *testing.T) {
+		s := soakSeries(flat, 100)
+		for k := range s {
+			// One collection's live heap swings by a fifth with the work in
+			// flight, more often at the end; the floor under it stays put.
+			s[k].LiveHeap = 100 << 20
+			if k >= 10 && k%2 == 0 {
+				s[k].LiveHeap = 120 << 20
+			}
+		}
+		cs := growthCheck(s, 3*time.Minute, 0.05)
+		if c := checkOf(t, cs, "live heap"); c.Result != "not checked" || c.Processes[0].Growth < 0.05 {
+			t.Errorf("live heap: got %+v, want not checked with growth over 5%%", c)
+		}
+		if c := checkOf(t, cs, "live heap floor"); c.Result != "PASS" {
+			t.Errorf("flat floor: got %+v, want PASS", c)
+		}
+		for k := range s {
+			s[k].LiveHeapFloor = float64(100+2*k) * (1 << 20)
+		}
+		if c := checkOf(t, growthCheck(s, 3*time.Minute, 0.05), "live heap floor"); c.Result != "FAIL" {
+			t.Errorf("rising floor: got %+v, want FAIL", c)
 		}
 	})
 	t.Run("per process: the restart's drop and warm-up do not count", func(t *testing.T) {
@@ -196,7 +220,7 @@ func TestSoakTables(t *testing.T) {
 			t.Errorf("markdown row with %d separators, header %d: %q", cells, header, l)
 		}
 	}
-	if !strings.Contains(md, "| 7 | 2 | 100.0 | 60.0 | 100.0 | 50 | 40 |  |") {
+	if !strings.Contains(md, "| 7 | 2 | 100.0 | 55.0 | 60.0 | 100.0 | 50 | 40 |  |") {
 		t.Errorf("markdown lacks the last sample row:\n%s", md)
 	}
 }
@@ -223,10 +247,10 @@ func TestSoakSVG(t *testing.T) {
 			}
 		}
 	}
-	// Five figures, a line per daemon process each; 8 samples each, but
+	// Six figures, a line per daemon process each; 8 samples each, but
 	// one heap sample is unreadable.
-	if polylines != 10 || points != 5*8-1 {
-		t.Errorf("got %d polylines with %d points, want 10 with %d", polylines, points, 5*8-1)
+	if polylines != 12 || points != 6*8-1 {
+		t.Errorf("got %d polylines with %d points, want 12 with %d", polylines, points, 6*8-1)
 	}
 }
 

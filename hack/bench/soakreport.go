@@ -15,16 +15,19 @@ import (
 
 // soakSample is one sample of the daemon; NaN where it could not be read.
 type soakSample struct {
-	Minute     time.Duration // since the soak began
-	Process    int           // 1 before the restart, 2 after
-	Age        time.Duration // since the soak began (process 1) or the restart (2)
-	RSS        float64       // bytes
-	Heap       float64       // bytes in use
-	LiveHeap   float64       // bytes the last collection found live
-	Goroutines float64
-	Watches    float64 // member watches open through the proxy
-	Down       bool    // some members unreachable when sampled
-	Events     []string
+	Minute   time.Duration // since the soak began
+	Process  int           // 1 before the restart, 2 after
+	Age      time.Duration // since the soak began (process 1) or the restart (2)
+	RSS      float64       // bytes
+	Heap     float64       // bytes in use
+	LiveHeap float64       // bytes the last collection found live
+	// LiveHeapFloor is the lowest live heap of one-second scrapes since the
+	// previous sample, taken while every member was reachable.
+	LiveHeapFloor float64
+	Goroutines    float64
+	Watches       float64 // member watches open through the proxy
+	Down          bool    // some members unreachable when sampled
+	Events        []string
 }
 
 // soakMetric is one sampled figure.
@@ -35,13 +38,15 @@ type soakMetric struct {
 	get   func(soakSample) float64
 	// reportOnly figures are shown and their growth given, but not
 	// checked: the heap in use holds garbage awaiting the next collection,
-	// so it swings with the collector's timing; the live heap is checked.
+	// and the live heap of one collection the work in flight, so both swing
+	// with the collector's timing; the live heap's floor is checked.
 	reportOnly bool
 }
 
 var soakMetrics = []soakMetric{
 	{"RSS", "MiB", 1 << 20, func(s soakSample) float64 { return s.RSS }, false},
-	{"live heap", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeap }, false},
+	{"live heap floor", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeapFloor }, false},
+	{"live heap", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeap }, true},
 	{"heap in use", "MiB", 1 << 20, func(s soakSample) float64 { return s.Heap }, true},
 	{"goroutines", "", 1, func(s soakSample) float64 { return s.Goroutines }, false},
 	{"member watches", "", 1, func(s soakSample) float64 { return s.Watches }, false},
@@ -286,7 +291,7 @@ func (r *soakResult) notes() []string {
 			shortDuration(r.FlapEvery), r.FlapMembers, shortDuration(r.FlapDown), r.FlapRefused, minutes(r.RestartAt)),
 		fmt.Sprintf("Growth check: per daemon process, the median of its first samples after warm-up (%s from the soak's start or from the restart) against the median of its last samples; samples taken while members were unreachable are left out.",
 			shortDuration(r.Warmup)),
-		"RSS is process_resident_memory_bytes (as the benchmark reports it: the kernel's resident set of the process, VmRSS), live heap go_gc_heap_live_bytes (what the last collection found reachable: the figure a leak would grow), heap in use go_memstats_heap_inuse_bytes (which also holds garbage awaiting the next collection, so it is shown, not checked), goroutines go_goroutines, each the median of five scrapes of the daemon's /metrics a second apart; member watches are the watch requests open through the member proxy, which carries every member request of the daemon (its few hub watches are not counted).",
+		"RSS is process_resident_memory_bytes (as the benchmark reports it: the kernel's resident set of the process, VmRSS), live heap go_gc_heap_live_bytes (what the last collection found reachable, the work in flight included, so shown, not checked), heap in use go_memstats_heap_inuse_bytes (which also holds garbage awaiting the next collection, so shown, not checked), goroutines go_goroutines, each the median of five scrapes of the daemon's /metrics a second apart; the live heap floor is the lowest live heap of the scrapes made every second since the previous sample while every member was reachable (a leak lifts it; it is checked); member watches are the watch requests open through the member proxy, which carries every member request of the daemon (its few hub watches are not counted).",
 		fmt.Sprintf("Load average before/after: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	}
 }

@@ -175,13 +175,14 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
 	writeInt(h, 1)
 	writeString(h, addr)
+	t := ep.attrs.Value()
 	for _, c := range []struct{ set, isTrue conditions }{
 		{readySet, readyTrue}, {servingSet, servingTrue}, {terminatingSet, terminatingTrue},
 	} {
 		switch {
-		case ep.cond&c.set == 0:
+		case t.cond&c.set == 0:
 			h.WriteByte(0)
-		case ep.cond&c.isTrue != 0:
+		case t.cond&c.isTrue != 0:
 			h.WriteByte(1)
 		default:
 			h.WriteByte(2)
@@ -193,7 +194,6 @@ func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
 		h.WriteByte(1)
 		writeString(h, ep.hostname.Value())
 	}
-	t := ep.topo.Value()
 	for _, f := range []struct {
 		set   topologySet
 		value string

@@ -91,7 +91,7 @@ func memberAddresses(list []*MemberSlice) []string {
 	var out []string
 	for _, s := range list {
 		for _, ep := range s.Endpoints {
-			out = append(out, ep.Addr.String())
+			out = append(out, ep.Addr().String())
 		}
 	}
 	slices.Sort(out)

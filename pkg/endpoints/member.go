@@ -44,17 +44,23 @@ type MemberSlice struct {
 }
 
 // MemberEndpoint is one endpoint of a MemberSlice: its first address (the
-// one consumers use; the hub carries no other), its conditions, and its
-// names, interned.
+// one consumers use; the hub carries no other), its names and conditions,
+// interned, in 32 bytes.
 type MemberEndpoint struct {
-	Addr     netip.Addr
+	addr     [16]byte              // the address in its 16-byte form
 	hostname unique.Handle[string] // zero: unset
-	topo     unique.Handle[topology]
-	cond     conditions
+	attrs    unique.Handle[attributes]
 }
 
-// topology holds the node name, zone and hints of an endpoint, which the
-// endpoints of one node share.
+// attributes are what the endpoints of one node in one state share: the
+// topology, the conditions and the address's family.
+type attributes struct {
+	topology
+	cond conditions
+	is4  bool
+}
+
+// topology holds the node name, zone and hints of an endpoint.
 type topology struct {
 	node, zone string
 	// hints encodes the hints (see encodeHints).
@@ -140,11 +146,12 @@ func ProjectSlice(s *discoveryv1.EndpointSlice) *MemberSlice {
 
 // projectEndpoint projects a valid endpoint (see checkEndpoint).
 func projectEndpoint(ep *discoveryv1.Endpoint) MemberEndpoint {
-	out := MemberEndpoint{Addr: netip.MustParseAddr(ep.Addresses[0])}
+	a := netip.MustParseAddr(ep.Addresses[0])
+	out := MemberEndpoint{addr: a.As16()}
 	if ep.Hostname != nil {
 		out.hostname = unique.Make(*ep.Hostname)
 	}
-	var t topology
+	t := attributes{is4: a.Is4()}
 	if ep.NodeName != nil {
 		t.node, t.set = *ep.NodeName, t.set|nodeSet
 	}
@@ -154,11 +161,11 @@ func projectEndpoint(ep *discoveryv1.Endpoint) MemberEndpoint {
 	if ep.Hints != nil {
 		t.hints, t.set = encodeHints(ep.Hints), t.set|hintsSet
 	}
-	out.topo = unique.Make(t)
 	c := ep.Conditions
-	out.cond = packCondition(c.Ready, readySet, readyTrue) |
+	t.cond = packCondition(c.Ready, readySet, readyTrue) |
 		packCondition(c.Serving, servingSet, servingTrue) |
 		packCondition(c.Terminating, terminatingSet, terminatingTrue)
+	out.attrs = unique.Make(t)
 	return out
 }
 
@@ -205,14 +212,24 @@ func eachName(list string, f func(name string)) {
 	}
 }
 
+// Addr returns the endpoint's address.
+func (ep *MemberEndpoint) Addr() netip.Addr {
+	if ep.attrs.Value().is4 {
+		return netip.AddrFrom4([4]byte(ep.addr[12:]))
+	}
+	return netip.AddrFrom16(ep.addr)
+}
+
+func (ep *MemberEndpoint) cond() conditions { return ep.attrs.Value().cond }
+
 // Ready returns the ready condition; nil when unset.
-func (ep *MemberEndpoint) Ready() *bool { return ep.cond.get(readySet, readyTrue) }
+func (ep *MemberEndpoint) Ready() *bool { return ep.cond().get(readySet, readyTrue) }
 
 // Serving returns the serving condition; nil when unset.
-func (ep *MemberEndpoint) Serving() *bool { return ep.cond.get(servingSet, servingTrue) }
+func (ep *MemberEndpoint) Serving() *bool { return ep.cond().get(servingSet, servingTrue) }
 
 // Terminating returns the terminating condition; nil when unset.
-func (ep *MemberEndpoint) Terminating() *bool { return ep.cond.get(terminatingSet, terminatingTrue) }
+func (ep *MemberEndpoint) Terminating() *bool { return ep.cond().get(terminatingSet, terminatingTrue) }
 
 // Hostname returns the hostname; nil when unset.
 func (ep *MemberEndpoint) Hostname() *string {
@@ -225,7 +242,7 @@ func (ep *MemberEndpoint) Hostname() *string {
 
 // NodeName returns the node name; nil when unset.
 func (ep *MemberEndpoint) NodeName() *string {
-	t := ep.topo.Value()
+	t := ep.attrs.Value()
 	if t.set&nodeSet == 0 {
 		return nil
 	}
@@ -235,7 +252,7 @@ func (ep *MemberEndpoint) NodeName() *string {
 
 // Zone returns the zone; nil when unset.
 func (ep *MemberEndpoint) Zone() *string {
-	t := ep.topo.Value()
+	t := ep.attrs.Value()
 	if t.set&zoneSet == 0 {
 		return nil
 	}
@@ -246,7 +263,7 @@ func (ep *MemberEndpoint) Zone() *string {
 // Hints returns a new copy of the hints; nil when unset. Empty lists come
 // back nil, which the API does not tell from empty.
 func (ep *MemberEndpoint) Hints() *discoveryv1.EndpointHints {
-	t := ep.topo.Value()
+	t := ep.attrs.Value()
 	if t.set&hintsSet == 0 {
 		return nil
 	}
@@ -258,26 +275,29 @@ func (ep *MemberEndpoint) Hints() *discoveryv1.EndpointHints {
 }
 
 // IsReady interprets an unset ready condition as ready, as the API requires.
-func (ep *MemberEndpoint) IsReady() bool {
-	return ep.cond&readySet == 0 || ep.cond&readyTrue != 0
-}
+func (ep *MemberEndpoint) IsReady() bool { return ep.cond().isReady() }
+
+func (c conditions) isReady() bool { return c&readySet == 0 || c&readyTrue != 0 }
 
 // IsServing falls back to the ready condition when serving is unset.
 func (ep *MemberEndpoint) IsServing() bool {
-	if ep.cond&servingSet == 0 {
-		return ep.IsReady()
+	c := ep.cond()
+	if c&servingSet == 0 {
+		return c.isReady()
 	}
-	return ep.cond&servingTrue != 0
+	return c&servingTrue != 0
 }
 
 // IsTerminating reports a terminating condition set to true.
 func (ep *MemberEndpoint) IsTerminating() bool {
-	return ep.cond&terminatingTrue != 0
+	return ep.cond()&terminatingTrue != 0
 }
 
 // markNotReady sets the ready condition to false.
 func (ep *MemberEndpoint) markNotReady() {
-	ep.cond = ep.cond&^readyTrue | readySet
+	a := ep.attrs.Value()
+	a.cond = a.cond&^readyTrue | readySet
+	ep.attrs = unique.Make(a)
 }
 
 // isIP reports whether s is aggregated at all.
@@ -292,7 +312,7 @@ func (s *MemberSlice) firstAddress() string {
 		return s.Invalid[0].Address
 	}
 	if len(s.Endpoints) > 0 {
-		return s.Endpoints[0].Addr.String()
+		return s.Endpoints[0].Addr().String()
 	}
 	return ""
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -176,7 +177,7 @@ func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 			continue
 		}
 		m := projectEndpoint(&ep)
-		addr := m.Addr.String()
+		addr := m.Addr().String()
 		var written discoveryv1.Endpoint
 		hubEndpointInto(addr, &m, &written)
 		h := hashEndpoints([]desiredEndpoint{{addr, &m}})
@@ -321,8 +322,38 @@ func TestMarkNotReadyOnProjections(t *testing.T) {
 			t.Errorf("endpoint %d: ready %v", i, r)
 		}
 		if !reflect.DeepEqual(ep.Serving(), orig.Serving()) || !reflect.DeepEqual(ep.Terminating(), orig.Terminating()) ||
-			ep.Addr != orig.Addr || ep.topo != orig.topo || ep.hostname != orig.hostname {
+			ep.addr != orig.addr || ep.attrs.Value().topology != orig.attrs.Value().topology || ep.hostname != orig.hostname {
 			t.Errorf("endpoint %d changed beyond ready", i)
 		}
+	}
+}
+
+// TestProjectedAddressIsTheMembers checks that the 16-byte form gives back
+// each address as the member wrote it, the family included, and that the
+// projection stays at 32 bytes an endpoint.
+func TestProjectedAddressIsTheMembers(t *testing.T) {
+	for _, c := range []struct {
+		at    discoveryv1.AddressType
+		addrs []string
+	}{
+		{discoveryv1.AddressTypeIPv4, []string{"10.0.0.1", "0.0.0.1", "255.255.255.255"}},
+		{discoveryv1.AddressTypeIPv6, []string{"fd00::1", "::ffff:10.0.0.1", "::a00:1", "2001:db8::ffff:0:1"}},
+	} {
+		var eps []discoveryv1.Endpoint
+		for _, a := range c.addrs {
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{a}})
+		}
+		ms := ProjectSlice(memberSlice("web", c.at, httpPorts, eps...))
+		if len(ms.Invalid) != 0 {
+			t.Fatalf("%s: refused %+v", c.at, ms.Invalid)
+		}
+		for i, ep := range ms.Endpoints {
+			if got := ep.Addr(); got.String() != c.addrs[i] || got.Is4() != (c.at == discoveryv1.AddressTypeIPv4) {
+				t.Errorf("%s: got %v (Is4 %v), want %s", c.at, got, got.Is4(), c.addrs[i])
+			}
+		}
+	}
+	if n := unsafe.Sizeof(MemberEndpoint{}); n != 32 {
+		t.Errorf("MemberEndpoint is %d bytes, want 32", n)
 	}
 }

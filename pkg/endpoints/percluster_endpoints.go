@@ -83,7 +83,7 @@ func endpointSubsets(src Source) []corev1.EndpointSubset {
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			ip := ep.Addr.String()
+			ip := ep.Addr().String()
 			a := subsetAddress{
 				EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: deref(ep.Hostname()), NodeName: ep.NodeName()},
 				ready:           ep.IsReady(),

@@ -140,7 +140,7 @@ func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSli
 			continue
 		}
 		j := i - inv
-		v := p.Check(sl.Endpoints[j].Addr)
+		v := p.Check(sl.Endpoints[j].Addr())
 		if i >= maxMemberSliceEndpoints {
 			v = pastLimit
 		}
@@ -177,7 +177,7 @@ func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSli
 		}
 		j := i - inv
 		if verdicts != nil && verdicts[j].Reason != addresses.Accepted {
-			r.add(sl.Endpoints[j].Addr.String(), verdicts[j], 1)
+			r.add(sl.Endpoints[j].Addr().String(), verdicts[j], 1)
 			continue
 		}
 		c.Endpoints = append(c.Endpoints, sl.Endpoints[j])

@@ -99,7 +99,7 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			addr := ep.Addr.String()
+			addr := ep.Addr().String()
 			if cur, ok := g.endpoints[addr]; !ok || preferred(addr, ep, cur) {
 				g.endpoints[addr] = ep
 			}

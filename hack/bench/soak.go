@@ -355,7 +355,8 @@ func liveHeapFloor(ctx context.Context, d *daemonProc, gate *soakGate, t time.Ti
 		if err != nil {
 			continue // a missed scrape only thins the window
 		}
-		if v := m.value("go_gc_heap_live_bytes"); v >= 0 && (math.IsNaN(floor) || v < floor) {
+		// 0 before the process's first collection: no figure yet.
+		if v := m.value("go_gc_heap_live_bytes"); v > 0 && (math.IsNaN(floor) || v < floor) {
 			floor = v
 		}
 	}

@@ -88,6 +88,18 @@ func TestGrowthCheck(t *testing.T) {
 			t.Errorf("rising floor: got %+v, want FAIL", c)
 		}
 	})
+	t.Run("a checked figure never read fails the soak", func(t *testing.T) {
+		r := &soakResult{Samples: soakSeries(flat, 100), Warmup: 3 * time.Minute}
+		if !r.passed() {
+			t.Fatalf("flat soak did not pass: %+v", r.checks())
+		}
+		for k := range r.Samples {
+			r.Samples[k].LiveHeapFloor = math.NaN()
+		}
+		if c := checkOf(t, r.checks(), "live heap floor"); c.Result != "n/a" || r.passed() {
+			t.Errorf("floor never read: got %q, passed %v; want n/a and not passed", c.Result, r.passed())
+		}
+	})
 	t.Run("per process: the restart's drop and warm-up do not count", func(t *testing.T) {
 		// Process 1 flat at 100 up to minute 6; process 2 starts low
 		// and climbs in its warm-up, then stays flat at 120.
@@ -203,7 +215,7 @@ func TestSoakTables(t *testing.T) {
 	}
 
 	md := r.markdown("soak.svg")
-	if !strings.Contains(md, "![RSS, live heap, heap in use, goroutines and member watches by minute](soak.svg)") {
+	if !strings.Contains(md, "![RSS, live heap floor, live heap, heap in use, goroutines and member watches by minute](soak.svg)") {
 		t.Errorf("markdown lacks the plot link:\n%s", md)
 	}
 	// Every table line has as many cells as its header.

@@ -160,10 +160,11 @@ func (r *soakResult) hubResult() string {
 	return "FAIL"
 }
 
-// passed reports whether no check failed.
+// passed reports whether every checked figure passed: one without the
+// samples to decide (n/a) does not.
 func (r *soakResult) passed() bool {
 	for _, c := range r.checks() {
-		if c.Result == "FAIL" {
+		if c.Result == "FAIL" || c.Result == "n/a" && !c.Metric.reportOnly {
 			return false
 		}
 	}
@@ -309,7 +310,7 @@ func (r *soakResult) markdown(plotLink string) string {
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d GiB memory, %s, %s; Kubernetes %s, etcd %s.\n\n",
 		m.CPUs, m.CPUModel, m.MemoryGiB, m.OS, m.GoVersion, m.Kubernetes, m.Etcd)
 	if plotLink != "" {
-		fmt.Fprintf(&b, "![RSS, live heap, heap in use, goroutines and member watches by minute](%s)\n\n", plotLink)
+		fmt.Fprintf(&b, "![RSS, live heap floor, live heap, heap in use, goroutines and member watches by minute](%s)\n\n", plotLink)
 	}
 	writeMarkdownTable(&b, []string{"Check", "Growth (base → end)", "Limit", "Result"}, r.checkRows())
 	b.WriteString("\n")

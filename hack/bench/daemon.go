@@ -152,6 +152,21 @@ func (d *daemonProc) scrape(ctx context.Context) (metrics, error) {
 	return parseMetrics(resp.Body)
 }
 
+// forceGC has the daemon collect its garbage: pprof's heap handler with
+// gc=1 runs a collection before it writes the profile, which is dropped.
+func (d *daemonProc) forceGC(ctx context.Context) error {
+	resp, err := d.get(ctx, "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/heap: %s (does the binary serve pprof with --profiling?)", resp.Status)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
 // waitSettled waits until the daemon is ready, its queue is empty and no
 // sync has run for quiet: everything it knows is in the hub.
 func (d *daemonProc) waitSettled(ctx context.Context, quiet, timeout time.Duration) (metrics, error) {

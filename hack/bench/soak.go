@@ -213,7 +213,8 @@ func runSoak(ctx context.Context, c *config) (_ *soakResult, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	args := daemonArgs(c, hub.KubeconfigPath, addr)
+	// --profiling: the samples force collections through pprof's handler.
+	args := append(daemonArgs(c, hub.KubeconfigPath, addr), "--profiling")
 	logPath := filepath.Join(tmp, "endpoint-aggregator.log")
 	var d *daemonProc
 	defer func() {
@@ -256,12 +257,11 @@ func runSoak(ctx context.Context, c *config) (_ *soakResult, retErr error) {
 	restartAt := int(math.Round(float64(n) / 2))
 	procStart, proc := 0, 1
 	for k := 0; k <= n; k++ {
-		floor, err := liveHeapFloor(ctx, d, gate, begin.Add(time.Duration(k)*s.sample))
-		if err != nil {
+		if err := waitUntil(ctx, d, begin.Add(time.Duration(k)*s.sample)); err != nil {
 			return nil, err
 		}
 		smp := sampleDaemon(ctx, d, gate)
-		smp.LiveHeapFloor = floor
+		smp.LiveHeapCollected = collectedLiveHeap(ctx, d)
 		smp.Minute = time.Duration(k) * s.sample
 		smp.Process = proc
 		smp.Age = time.Duration(k-procStart) * s.sample
@@ -330,36 +330,35 @@ func waitUntil(ctx context.Context, d *daemonProc, t time.Time) error {
 	}
 }
 
-// liveHeapFloor scrapes the daemon's live heap once a second until t and
-// returns the lowest value seen while every member was reachable (NaN when
-// there was none): the live heap a collection finds includes the work in
-// flight, which swings from one collection to the next, while a leak lifts
-// the floor under it. It fails if the daemon exits meanwhile.
-func liveHeapFloor(ctx context.Context, d *daemonProc, gate *soakGate, t time.Time) (float64, error) {
-	floor := math.NaN()
-	for {
-		next := time.Now().Add(time.Second)
-		if next.After(t) {
-			next = t
+// collectedLiveHeap forces a collection in the daemon (its pprof heap
+// handler with gc=1, served with --profiling) and reads the live heap that
+// collection found, three times two seconds apart, and returns the median.
+// A collection the runtime starts on its own comes at a moment of its
+// choosing, so its live heap swings with the work in flight; three forced
+// ones a minute sample that work at fixed moments instead. NaN if none
+// could be read.
+func collectedLiveHeap(ctx context.Context, d *daemonProc) float64 {
+	var v []float64
+	for i := range 3 {
+		if i > 0 {
+			sleepCtx(ctx, 2*time.Second)
 		}
-		if err := waitUntil(ctx, d, next); err != nil {
-			return floor, err
-		}
-		if !time.Now().Before(t) {
-			return floor, nil
-		}
-		if gate.anyDown() {
+		if err := d.forceGC(ctx); err != nil {
+			logf("soak: forcing a collection: %v", err)
 			continue
 		}
 		m, err := d.scrape(ctx)
 		if err != nil {
-			continue // a missed scrape only thins the window
+			continue
 		}
-		// 0 before the process's first collection: no figure yet.
-		if v := m.value("go_gc_heap_live_bytes"); v > 0 && (math.IsNaN(floor) || v < floor) {
-			floor = v
+		if x := m.value("go_gc_heap_live_bytes"); x > 0 {
+			v = append(v, x)
 		}
 	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return middle(v)
 }
 
 // sampleDaemon reads the daemon's figures as the benchmark does (medians of

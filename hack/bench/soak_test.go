@@ -24,7 +24,7 @@ func soakSeries(rss []float64, restart int) []soakSample {
 		}
 		out = append(out, soakSample{
 			Minute: time.Duration(k) * time.Minute, Process: proc, Age: time.Duration(k-start) * time.Minute,
-			RSS: v, LiveHeapFloor: 55 << 20, LiveHeap: 60 << 20, Heap: 100 << 20, Goroutines: 50, Watches: 40,
+			RSS: v, LiveHeapCollected: 55 << 20, LiveHeap: 60 << 20, Heap: 100 << 20, Goroutines: 50, Watches: 40,
 		})
 	}
 	return out
@@ -64,11 +64,11 @@ func TestGrowthCheck(t *testing.T) {
 			t.Fatalf("got %+v, want FAIL", c)
 		}
 	})
-	t.Run("the live heap's floor is checked, its swing above the floor is not", func(t *testing.T) {
+	t.Run("the live heap of forced collections is checked, one collection's is not", func(t *testing.T) {
 		s := soakSeries(flat, 100)
 		for k := range s {
 			// One collection's live heap swings by a fifth with the work in
-			// flight, more often at the end; the floor under it stays put.
+			// flight, more often at the end; forced collections find it flat.
 			s[k].LiveHeap = 100 << 20
 			if k >= 10 && k%2 == 0 {
 				s[k].LiveHeap = 120 << 20
@@ -78,14 +78,14 @@ func TestGrowthCheck(t *testing.T) {
 		if c := checkOf(t, cs, "live heap"); c.Result != "not checked" || c.Processes[0].Growth < 0.05 {
 			t.Errorf("live heap: got %+v, want not checked with growth over 5%%", c)
 		}
-		if c := checkOf(t, cs, "live heap floor"); c.Result != "PASS" {
-			t.Errorf("flat floor: got %+v, want PASS", c)
+		if c := checkOf(t, cs, "live heap after forced GC"); c.Result != "PASS" {
+			t.Errorf("flat: got %+v, want PASS", c)
 		}
 		for k := range s {
-			s[k].LiveHeapFloor = float64(100+2*k) * (1 << 20)
+			s[k].LiveHeapCollected = float64(100+2*k) * (1 << 20)
 		}
-		if c := checkOf(t, growthCheck(s, 3*time.Minute, 0.05), "live heap floor"); c.Result != "FAIL" {
-			t.Errorf("rising floor: got %+v, want FAIL", c)
+		if c := checkOf(t, growthCheck(s, 3*time.Minute, 0.05), "live heap after forced GC"); c.Result != "FAIL" {
+			t.Errorf("rising: got %+v, want FAIL", c)
 		}
 	})
 	t.Run("a checked figure never read fails the soak", func(t *testing.T) {
@@ -94,10 +94,10 @@ func TestGrowthCheck(t *testing.T) {
 			t.Fatalf("flat soak did not pass: %+v", r.checks())
 		}
 		for k := range r.Samples {
-			r.Samples[k].LiveHeapFloor = math.NaN()
+			r.Samples[k].LiveHeapCollected = math.NaN()
 		}
-		if c := checkOf(t, r.checks(), "live heap floor"); c.Result != "n/a" || r.passed() {
-			t.Errorf("floor never read: got %q, passed %v; want n/a and not passed", c.Result, r.passed())
+		if c := checkOf(t, r.checks(), "live heap after forced GC"); c.Result != "n/a" || r.passed() {
+			t.Errorf("never read: got %q, passed %v; want n/a and not passed", c.Result, r.passed())
 		}
 	})
 	t.Run("per process: the restart's drop and warm-up do not count", func(t *testing.T) {
@@ -215,7 +215,7 @@ func TestSoakTables(t *testing.T) {
 	}
 
 	md := r.markdown("soak.svg")
-	if !strings.Contains(md, "![RSS, live heap floor, live heap, heap in use, goroutines and member watches by minute](soak.svg)") {
+	if !strings.Contains(md, "![RSS, live heap after forced GC, live heap, heap in use, goroutines and member watches by minute](soak.svg)") {
 		t.Errorf("markdown lacks the plot link:\n%s", md)
 	}
 	// Every table line has as many cells as its header.

@@ -21,13 +21,13 @@ type soakSample struct {
 	RSS      float64       // bytes
 	Heap     float64       // bytes in use
 	LiveHeap float64       // bytes the last collection found live
-	// LiveHeapFloor is the lowest live heap of one-second scrapes since the
-	// previous sample, taken while every member was reachable.
-	LiveHeapFloor float64
-	Goroutines    float64
-	Watches       float64 // member watches open through the proxy
-	Down          bool    // some members unreachable when sampled
-	Events        []string
+	// LiveHeapCollected is the live heap forced collections found (median
+	// of three; see collectedLiveHeap).
+	LiveHeapCollected float64
+	Goroutines        float64
+	Watches           float64 // member watches open through the proxy
+	Down              bool    // some members unreachable when sampled
+	Events            []string
 }
 
 // soakMetric is one sampled figure.
@@ -39,13 +39,14 @@ type soakMetric struct {
 	// reportOnly figures are shown and their growth given, but not
 	// checked: the heap in use holds garbage awaiting the next collection,
 	// and the live heap of one collection the work in flight, so both swing
-	// with the collector's timing; the live heap's floor is checked.
+	// with the collector's timing; the live heap of forced collections is
+	// checked.
 	reportOnly bool
 }
 
 var soakMetrics = []soakMetric{
 	{"RSS", "MiB", 1 << 20, func(s soakSample) float64 { return s.RSS }, false},
-	{"live heap floor", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeapFloor }, false},
+	{"live heap after forced GC", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeapCollected }, false},
 	{"live heap", "MiB", 1 << 20, func(s soakSample) float64 { return s.LiveHeap }, true},
 	{"heap in use", "MiB", 1 << 20, func(s soakSample) float64 { return s.Heap }, true},
 	{"goroutines", "", 1, func(s soakSample) float64 { return s.Goroutines }, false},
@@ -292,7 +293,7 @@ func (r *soakResult) notes() []string {
 			shortDuration(r.FlapEvery), r.FlapMembers, shortDuration(r.FlapDown), r.FlapRefused, minutes(r.RestartAt)),
 		fmt.Sprintf("Growth check: per daemon process, the median of its first samples after warm-up (%s from the soak's start or from the restart) against the median of its last samples; samples taken while members were unreachable are left out.",
 			shortDuration(r.Warmup)),
-		"RSS is process_resident_memory_bytes (as the benchmark reports it: the kernel's resident set of the process, VmRSS), live heap go_gc_heap_live_bytes (what the last collection found reachable, the work in flight included, so shown, not checked), heap in use go_memstats_heap_inuse_bytes (which also holds garbage awaiting the next collection, so shown, not checked), goroutines go_goroutines, each the median of five scrapes of the daemon's /metrics a second apart; the live heap floor is the lowest live heap of the scrapes made every second since the previous sample while every member was reachable (a leak lifts it; it is checked); member watches are the watch requests open through the member proxy, which carries every member request of the daemon (its few hub watches are not counted).",
+		"RSS is process_resident_memory_bytes (as the benchmark reports it: the kernel's resident set of the process, VmRSS), live heap go_gc_heap_live_bytes (what the last collection found reachable, the work in flight included, so shown, not checked), heap in use go_memstats_heap_inuse_bytes (which also holds garbage awaiting the next collection, so shown, not checked), goroutines go_goroutines, each the median of five scrapes of the daemon's /metrics a second apart; the live heap after forced GC is the median of three collections forced through the daemon's pprof handler two seconds apart, each read from go_gc_heap_live_bytes (it is checked); member watches are the watch requests open through the member proxy, which carries every member request of the daemon (its few hub watches are not counted).",
 		fmt.Sprintf("Load average before/after: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	}
 }
@@ -310,7 +311,7 @@ func (r *soakResult) markdown(plotLink string) string {
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d GiB memory, %s, %s; Kubernetes %s, etcd %s.\n\n",
 		m.CPUs, m.CPUModel, m.MemoryGiB, m.OS, m.GoVersion, m.Kubernetes, m.Etcd)
 	if plotLink != "" {
-		fmt.Fprintf(&b, "![RSS, live heap floor, live heap, heap in use, goroutines and member watches by minute](%s)\n\n", plotLink)
+		fmt.Fprintf(&b, "![RSS, live heap after forced GC, live heap, heap in use, goroutines and member watches by minute](%s)\n\n", plotLink)
 	}
 	writeMarkdownTable(&b, []string{"Check", "Growth (base → end)", "Limit", "Result"}, r.checkRows())
 	b.WriteString("\n")

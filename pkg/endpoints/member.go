@@ -293,11 +293,19 @@ func (ep *MemberEndpoint) IsTerminating() bool {
 	return ep.cond()&terminatingTrue != 0
 }
 
-// markNotReady sets the ready condition to false.
-func (ep *MemberEndpoint) markNotReady() {
+// markNotReady sets the ready condition to false. marked maps attributes
+// already marked to their marked form, so the endpoints of a node cost one
+// interning, not one each.
+func (ep *MemberEndpoint) markNotReady(marked map[unique.Handle[attributes]]unique.Handle[attributes]) {
+	if h, ok := marked[ep.attrs]; ok {
+		ep.attrs = h
+		return
+	}
 	a := ep.attrs.Value()
 	a.cond = a.cond&^readyTrue | readySet
-	ep.attrs = unique.Make(a)
+	h := unique.Make(a)
+	marked[ep.attrs] = h
+	ep.attrs = h
 }
 
 // isIP reports whether s is aggregated at all.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -515,7 +516,7 @@ func BenchmarkPlanSlices(b *testing.B) {
 	state := syncState(b, src, nil)
 
 	changed := benchSource(n)
-	changed.Slices[4].Endpoints[42].markNotReady()
+	changed.Slices[4].Endpoints[42].markNotReady(map[unique.Handle[attributes]]unique.Handle[attributes]{})
 
 	for _, bc := range []struct {
 		name     string

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"slices"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -42,6 +43,7 @@ func (s Source) ipSlices() []*MemberSlice {
 func MarkNotReady(src Source) Source {
 	out := src
 	out.Slices = make([]*MemberSlice, len(src.Slices))
+	marked := map[unique.Handle[attributes]]unique.Handle[attributes]{}
 	for i, s := range src.Slices {
 		if s == nil {
 			continue
@@ -49,7 +51,7 @@ func MarkNotReady(src Source) Source {
 		c := *s // the rest is read-only, so shared
 		c.Endpoints = slices.Clone(s.Endpoints)
 		for j := range c.Endpoints {
-			c.Endpoints[j].markNotReady()
+			c.Endpoints[j].markNotReady(marked)
 		}
 		out.Slices[i] = &c
 	}

@@ -29,6 +29,9 @@ const fenceWriters = 16
 type Members interface {
 	// Names lists the registered members.
 	Names() []string
+	// SecretsSynced reports whether Names holds every registration that
+	// existed when the registry started: until then it may miss some.
+	SecretsSynced() bool
 	// Warm reports whether this replica's connection to a member synced,
 	// missed its sync timeout, or cannot be made.
 	Warm(cluster string) bool
@@ -64,6 +67,17 @@ type Options struct {
 	SettleTimeout time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+
+	// For a caller that drives the coordinator itself (Reconcile, Renew,
+	// Observe) instead of Run, and owns the order of its events:
+	// Cache, when set, is where Leases are read, in place of an informer
+	// of the coordinator's own, and the caller delivers each change it
+	// shows with Observe; Go starts a handover's wait for the member's
+	// syncs in flight (nil: a goroutine); Sleep is that wait's pause
+	// between two looks (nil: time.Sleep).
+	Cache coordinationlisters.LeaseNamespaceLister
+	Go    func(func())
+	Sleep func(time.Duration)
 }
 
 // Coordinator runs one replica's side of sharding: its peer Lease, the
@@ -127,14 +141,16 @@ func New(hub kubernetes.Interface, members Members, syncer Syncer, opts Options)
 	if opts.Bound == 0 {
 		opts.Bound = DefaultBound
 	}
-	req, _ := labels.NewRequirement(LabelRole, selection.Exists, nil)
-	f := informers.NewSharedInformerFactoryWithOptions(hub, 0, informers.WithNamespace(opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = req.String() }))
+	if opts.Go == nil {
+		opts.Go = func(f func()) { go f() }
+	}
+	if opts.Sleep == nil {
+		opts.Sleep = time.Sleep
+	}
 	c := &Coordinator{
 		opts: opts, hub: hub, members: members, syncer: syncer,
 		peers:     newPeers(opts.LeaseDuration, opts.Now),
-		informer:  f.Coordination().V1().Leases().Informer(),
-		leases:    f.Coordination().V1().Leases().Lister().Leases(opts.Namespace),
+		leases:    opts.Cache,
 		kick:      make(chan struct{}, 1),
 		held:      map[string]int{},
 		releasing: map[string]bool{},
@@ -145,6 +161,14 @@ func New(hub kubernetes.Interface, members Members, syncer Syncer, opts Options)
 		unownedSince: map[string]time.Time{},
 		metrics:      newMetrics(),
 	}
+	if c.leases != nil {
+		return c
+	}
+	req, _ := labels.NewRequirement(LabelRole, selection.Exists, nil)
+	f := informers.NewSharedInformerFactoryWithOptions(hub, 0, informers.WithNamespace(opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = req.String() }))
+	c.informer = f.Coordination().V1().Leases().Informer()
+	c.leases = f.Coordination().V1().Leases().Lister().Leases(opts.Namespace)
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.leaseEvent(obj, false) },
 		UpdateFunc: func(_, obj interface{}) { c.leaseEvent(obj, false) },
@@ -157,10 +181,14 @@ func (c *Coordinator) leaseEvent(obj interface{}, gone bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	l, ok := obj.(*coordinationv1.Lease)
-	if !ok {
-		return
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		c.Observe(l, gone)
 	}
+}
+
+// Observe takes one Lease change the cache now shows (gone: a delete).
+// Run's informer calls it; a caller with Options.Cache calls it itself.
+func (c *Coordinator) Observe(l *coordinationv1.Lease, gone bool) {
 	if l.Labels[LabelRole] == RolePeer {
 		if gone {
 			c.peers.deleted(l)
@@ -204,15 +232,16 @@ func (c *Coordinator) Owns(cluster string) (bool, time.Time) {
 }
 
 // Free reports whether nobody may write a member's objects: it has no
-// fence, or its fence is free, or its holder is dead. The leader withdraws
-// the objects of an unregistered member only then.
+// fence, or its fence is free, or its holder is dead as the API server
+// itself showed (deadAtSource), not only as a watch that may lag shows.
+// The leader withdraws the objects of an unregistered member only then.
 func (c *Coordinator) Free(cluster string) bool {
 	l := c.fenceLease(cluster)
 	if l == nil {
 		return true
 	}
 	f := fenceOf(l)
-	return f.holder == "" || (f.holder != c.opts.Identity && !c.peers.alive(f.holder))
+	return f.holder == "" || (f.holder != c.opts.Identity && c.peers.confirmedDead(f.holder))
 }
 
 // Owner returns the holder of a member's fence, "" when none.
@@ -272,7 +301,7 @@ func (c *Coordinator) Deadline() time.Time {
 }
 
 // HasSynced reports whether the Lease cache has synced.
-func (c *Coordinator) HasSynced() bool { return c.informer.HasSynced() }
+func (c *Coordinator) HasSynced() bool { return c.informer == nil || c.informer.HasSynced() }
 
 // Settled reports whether this replica knows its share: a reconcile found
 // every registered member assigned to a live replica, and asked the
@@ -298,6 +327,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { c.renewLoop(ctx) })
+	defer wg.Wait()
 	t := time.NewTicker(c.opts.RetryPeriod)
 	defer t.Stop()
 	// Also reconcile the moment a peer would count dead: its members are
@@ -305,7 +335,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 	death := time.NewTimer(time.Hour)
 	defer death.Stop()
 	for {
-		c.reconcile(ctx)
+		c.Reconcile(ctx)
 		if next, ok := c.peers.nextDeath(); ok {
 			death.Reset(next.Sub(c.opts.Now()) + 10*time.Millisecond)
 		} else {
@@ -313,7 +343,6 @@ func (c *Coordinator) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			wg.Wait()
 			return
 		case <-c.kick:
 		case <-t.C:
@@ -327,11 +356,7 @@ func (c *Coordinator) Run(ctx context.Context) {
 // fence once its assignee is warm. When ctx is about to end it frees what
 // is left regardless. Run must still run. It returns once nothing is held.
 func (c *Coordinator) Drain(ctx context.Context) {
-	c.mu.Lock()
-	c.draining = true
-	c.mu.Unlock()
-	c.renew(ctx)
-	c.Kick()
+	c.BeginDrain(ctx)
 	giveUp := time.Duration(0)
 	if d, ok := ctx.Deadline(); ok {
 		giveUp = time.Until(d) / 2
@@ -352,26 +377,58 @@ func (c *Coordinator) Drain(ctx context.Context) {
 			return
 		case <-timer.C:
 			klog.InfoS("Handing over the rest of this replica's members before the shutdown timeout", "held", n)
-			c.mu.Lock()
-			c.giveUp = true
-			c.mu.Unlock()
-			c.Kick()
+			c.GiveUp()
 		case <-tick.C:
-			if others := slices.DeleteFunc(c.peers.live(), func(id string) bool { return id == c.opts.Identity }); len(others) == 0 {
-				// Nobody to hand over to: what is held is freed now, for
-				// the replicas that come next.
-				c.mu.Lock()
-				alone := !c.giveUp
-				c.giveUp = true
-				c.mu.Unlock()
-				if alone {
-					klog.InfoS("No other replica to hand this replica's members to; freeing their fences")
-					c.Kick()
-				}
-			}
+			c.giveUpWhenAlone()
 		}
 	}
-	// Holding nothing: the peer Lease goes, and peers stop counting on us.
+	c.Leave(ctx)
+}
+
+// BeginDrain marks this replica draining, on its peer Lease too: the leader
+// assigns it nothing more and moves its members elsewhere.
+func (c *Coordinator) BeginDrain(ctx context.Context) {
+	c.mu.Lock()
+	c.draining = true
+	c.mu.Unlock()
+	c.Renew(ctx)
+	c.Kick()
+}
+
+// GiveUp frees what a draining replica holds at once, even to assignees
+// that have not synced: its shutdown timeout is near.
+func (c *Coordinator) GiveUp() {
+	c.mu.Lock()
+	c.giveUp = true
+	c.mu.Unlock()
+	c.Kick()
+}
+
+// Holding is how many fences this replica holds.
+func (c *Coordinator) Holding() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}
+
+// giveUpWhenAlone gives up when no other replica is alive to hand over to:
+// what is held is freed now, for the replicas that come next.
+func (c *Coordinator) giveUpWhenAlone() {
+	if others := slices.DeleteFunc(c.peers.live(), func(id string) bool { return id == c.opts.Identity }); len(others) > 0 {
+		return
+	}
+	c.mu.Lock()
+	alone := !c.giveUp
+	c.mu.Unlock()
+	if alone {
+		klog.InfoS("No other replica to hand this replica's members to; freeing their fences")
+		c.GiveUp()
+	}
+}
+
+// Leave deletes this replica's peer Lease once it holds nothing, so that
+// peers stop counting on it.
+func (c *Coordinator) Leave(ctx context.Context) {
 	c.mu.Lock()
 	l := c.peerLease
 	c.mu.Unlock()
@@ -401,7 +458,7 @@ func (c *Coordinator) renewLoop(ctx context.Context) {
 	t := time.NewTicker(c.opts.RetryPeriod)
 	defer t.Stop()
 	for {
-		c.renew(ctx)
+		c.Renew(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -410,10 +467,10 @@ func (c *Coordinator) renewLoop(ctx context.Context) {
 	}
 }
 
-// renew writes the peer Lease once, and moves the deadline on success. A
+// Renew writes the peer Lease once, and moves the deadline on success. A
 // success that comes after the deadline passed starts a new epoch: fences
 // held before must be confirmed before they are written under again.
-func (c *Coordinator) renew(ctx context.Context) {
+func (c *Coordinator) Renew(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RenewDeadline)
 	defer cancel()
 	sent := c.opts.Now()
@@ -483,11 +540,15 @@ func (c *Coordinator) peerLeaseFor(l *coordinationv1.Lease, name string, drainin
 	return l
 }
 
-// reconcile decides about every fence once, and on the leader assigns.
-func (c *Coordinator) reconcile(ctx context.Context) {
+// Reconcile decides about every fence once, and on the leader assigns.
+// Run calls it on every Lease change and retry period.
+func (c *Coordinator) Reconcile(ctx context.Context) {
 	c.mu.Lock()
 	c.dead = map[string]bool{}
 	c.mu.Unlock()
+	// Registrations read before the registry read its Secrets may miss
+	// some: every member assigned among them says nothing of the others.
+	complete := c.members.SecretsSynced()
 	names := c.members.Names()
 	registered := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -593,7 +654,7 @@ func (c *Coordinator) reconcile(ctx context.Context) {
 	for _, cluster := range changed {
 		c.members.Reconsider(cluster)
 	}
-	assigned := true
+	assigned := complete
 	for n := range registered {
 		f, ok := fences[n]
 		if !ok || f.assignedTo == "" || (f.assignedTo != c.opts.Identity && !c.alive(f.assignedTo)) {
@@ -672,7 +733,7 @@ func (c *Coordinator) do(ctx context.Context, act action, f fence) {
 		c.releasing[f.cluster] = true
 		c.mu.Unlock()
 		c.syncer.OwnershipChanged(f.cluster)
-		go c.free(ctx, f.cluster)
+		c.opts.Go(func() { c.free(ctx, f.cluster) })
 	}
 }
 
@@ -693,6 +754,10 @@ func (c *Coordinator) take(ctx context.Context, f fence, msg string, kv ...inter
 	if f.holder != c.opts.Identity {
 		l.Spec.AcquireTime = &now
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		// The readiness said to the previous holder is spent: left, it
+		// would free this fence at once to an assignee that is ready no
+		// more.
+		delete(l.Annotations, AnnotationReady)
 	}
 	l.Spec.RenewTime = &now
 	if err := c.writeFence(ctx, f.cluster, l); err != nil {
@@ -735,13 +800,16 @@ func (c *Coordinator) deadAtSource(ctx context.Context, holder string) bool {
 	l, err := c.hub.CoordinationV1().Leases(c.opts.Namespace).Get(ctx, PeerName(holder), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		dead = true
+		// Someone deleted it; its replica may still write until its
+		// deadline, and renews it again soon: absent is one more state
+		// of the Lease, dead only once it stays so a lease duration.
+		c.peers.absent(holder)
 	case err != nil:
 		return false // asked again next time
 	default:
 		c.peers.observe(l)
-		dead = !c.peers.alive(holder)
 	}
+	dead = c.peers.confirm(holder)
 	c.mu.Lock()
 	c.dead[holder] = dead
 	c.mu.Unlock()
@@ -759,7 +827,7 @@ func (c *Coordinator) free(ctx context.Context, cluster string) {
 	}()
 	// Syncs in flight write until their deadline at most.
 	for c.syncer.Busy(cluster) && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond)
+		c.opts.Sleep(10 * time.Millisecond)
 	}
 	for range 3 {
 		l, err := c.hub.CoordinationV1().Leases(c.opts.Namespace).Get(ctx, FenceName(cluster), metav1.GetOptions{})
@@ -837,6 +905,10 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 				l.Annotations = map[string]string{}
 			}
 			l.Annotations[AnnotationAssignedTo] = want[n]
+			// Readiness is said for one assignment: a new one starts
+			// unready, or an old ready would free the fence to an
+			// assignee that has not synced.
+			delete(l.Annotations, AnnotationReady)
 			if err := c.writeFence(ctx, n, l); err != nil {
 				klog.V(2).InfoS("Could not assign a member", "cluster", n, "err", err)
 			} else {
@@ -863,9 +935,12 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 		c.mu.Unlock()
 		c.syncer.OwnershipChanged(n)
 	}
-	for _, name := range c.peers.forgetDead(4 * c.opts.LeaseDuration) {
-		if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			klog.V(2).InfoS("Could not delete a dead replica's peer Lease", "lease", name, "err", err)
+	for _, l := range c.peers.forgetDead(4 * c.opts.LeaseDuration) {
+		// Only as last seen: a Lease renewed since, that this replica's
+		// watch does not show yet, is a live replica's.
+		err := api.Delete(ctx, l.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.resourceVersion}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.V(2).InfoS("Could not delete a dead replica's peer Lease", "lease", l.name, "err", err)
 		}
 	}
 }

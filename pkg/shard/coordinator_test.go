@@ -15,14 +15,20 @@ type fakeMembers struct {
 	mu          sync.Mutex
 	names       []string
 	reconsiders map[string]int
+	// unsynced: the registry has not read its Secrets yet; cold: the
+	// members whose connection has not synced.
+	unsynced bool
+	cold     map[string]bool
 }
+
+func (m *fakeMembers) SecretsSynced() bool { m.mu.Lock(); defer m.mu.Unlock(); return !m.unsynced }
 
 func (m *fakeMembers) Names() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.names...)
 }
-func (m *fakeMembers) Warm(string) bool       { return true }
+func (m *fakeMembers) Warm(n string) bool     { m.mu.Lock(); defer m.mu.Unlock(); return !m.cold[n] }
 func (m *fakeMembers) Reconsider(name string) { m.mu.Lock(); m.reconsiders[name]++; m.mu.Unlock() }
 
 type fakeSyncer struct{}

@@ -28,7 +28,15 @@ type peerRecord struct {
 	draining  bool
 	gone      bool // the Lease was deleted: its replica left
 	leaseName string
+	// resourceVersion is the Lease's as last seen; confirmed the renew
+	// that a read from the API server found dead (confirm).
+	resourceVersion string
+	confirmed       string
 }
+
+// absentRenew is the renew of a peer whose Lease the API server did not
+// have when asked.
+const absentRenew = "absent"
 
 func newPeers(leaseDuration time.Duration, now func() time.Time) *peers {
 	return &peers{leaseDuration: leaseDuration, now: now, started: now(), seen: map[string]*peerRecord{}}
@@ -56,7 +64,48 @@ func (p *peers) observe(l *coordinationv1.Lease) {
 	}
 	r.draining = l.Annotations[AnnotationDraining] == "true"
 	r.gone = false
-	r.leaseName = l.Name
+	r.leaseName, r.resourceVersion = l.Name, l.ResourceVersion
+}
+
+// absent notes that the API server has no Lease of a peer: a change like a
+// renewal, since the replica may have been alive to see it deleted.
+func (p *peers) absent(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.seen[id]
+	if r == nil {
+		r = &peerRecord{leaseName: PeerName(id)}
+		p.seen[id] = r
+	}
+	if r.renew != absentRenew {
+		r.renew, r.observed = absentRenew, p.now()
+	}
+	r.gone = true
+}
+
+// confirm reports whether a peer is dead after its Lease was just read
+// from the API server (observe or absent), and remembers the answer until
+// its Lease changes.
+func (p *peers) confirm(id string) bool {
+	dead := !p.alive(id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.seen[id]; r != nil && dead {
+		r.confirmed = r.renew
+	}
+	return dead
+}
+
+// confirmedDead reports whether a peer is dead as the API server showed,
+// and nothing this replica saw of it since says otherwise.
+func (p *peers) confirmedDead(id string) bool {
+	if p.alive(id) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.seen[id]
+	return r != nil && r.confirmed != "" && r.confirmed == r.renew
 }
 
 // deleted notes that a peer Lease is gone: its replica shut down after
@@ -125,17 +174,20 @@ func (p *peers) live() []string {
 	return out
 }
 
+// deadLease is a peer Lease as last seen, for the leader to delete.
+type deadLease struct{ name, resourceVersion string }
+
 // forgetDead drops the records of replicas dead for long, and returns
-// their Lease names, for the leader to delete.
-func (p *peers) forgetDead(after time.Duration) []string {
+// their Leases as last seen, for the leader to delete.
+func (p *peers) forgetDead(after time.Duration) []deadLease {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
+	var out []deadLease
 	for id, r := range p.seen {
 		if p.now().Sub(r.observed) > after {
 			delete(p.seen, id)
-			if !r.gone {
-				out = append(out, r.leaseName)
+			if !r.gone && r.resourceVersion != "" {
+				out = append(out, deadLease{r.leaseName, r.resourceVersion})
 			}
 		}
 	}

@@ -272,3 +272,51 @@ func TestLeaderDeletesAPeerLeaseOnlyAsSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestSuccessorConnectsBeforeTheHolderCountsDead: once a holder has not
+// renewed for the renew deadline, the replica its members would go to
+// connects to them, so that it takes them synced when the holder counts
+// dead; and drops those connections when the holder renews again.
+func TestSuccessorConnectsBeforeTheHolderCountsDead(t *testing.T) {
+	d := newDriven(t)
+	x := memberFor("h", "a", "h")
+	d.leader = "a"
+	a := d.add("a", x)
+	d.step("a")
+	d.add("h", x)
+	for range 3 {
+		d.step("a", "h")
+	}
+	if f := d.fence(x); f.holder != "h" {
+		t.Fatalf("setup: %s held by %q, want h", x, f.holder)
+	}
+	if a.c.Wants(x) {
+		t.Fatalf("a wants %s while its holder h renews", x)
+	}
+	// h stops renewing.
+	var early time.Duration
+	for step := 1; step <= 14; step++ {
+		d.advance(time.Second)
+		d.step("a")
+		if a.c.Wants(x) && early == 0 {
+			early = time.Duration(step) * time.Second
+		}
+	}
+	if early == 0 || early >= 15*time.Second {
+		t.Fatalf("a wanted %s only at %s after h's last renewal; want it before h counts dead (15s)", x, early)
+	}
+	// h comes back: a lets go.
+	d.step("a", "h")
+	d.step("a", "h")
+	if a.c.Wants(x) {
+		t.Fatalf("a still wants %s after h renewed", x)
+	}
+	// h dies for good: a takes x.
+	for range 10 {
+		d.advance(2 * time.Second)
+		d.step("a")
+	}
+	if f := d.fence(x); f.holder != "a" {
+		t.Fatalf("%s held by %q (assigned to %q) after h died, want a", x, f.holder, f.assignedTo)
+	}
+}

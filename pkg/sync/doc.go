@@ -117,7 +117,8 @@
 //     A key waits only for what its last sync found missing: its waits are
 //     dropped before each of its syncs, and with its member.
 //   - A merge that finds an export record it cannot read queues the member
-//     key whose sync rewrites it; the rewrite queues the merge again.
+//     key whose sync rewrites it (for a member owned elsewhere, its
+//     holder's sync does); the rewrite queues the merge again.
 //   - waitFor checks the precondition again after recording, so a transition
 //     that races the sync is never missed.
 //   - A write that the hub cache has not shown yet is read back from the

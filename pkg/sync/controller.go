@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -170,6 +171,10 @@ type Controller struct {
 	// cidrInf caches the hub's ServiceCIDRs (WatchServiceCIDRs); nil
 	// otherwise.
 	cidrInf cache.SharedIndexInformer
+	// leaseInf caches the member Leases, memberLeases lists them; both nil
+	// without member Leases (Options.LeaseNamespace).
+	leaseInf     cache.SharedIndexInformer
+	memberLeases coordinationlisters.LeaseNamespaceLister
 
 	// retrying holds the keys waiting out a backoff after an error; the
 	// workqueue does not count them in Len.
@@ -301,6 +306,9 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		}
 	}
 	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
+	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
+		c.watchMemberLeases()
+	}
 	c.read = &hubReader{
 		services: c.services, endpoints: c.endpointInf.GetIndexer(), slices: c.sliceInf.GetIndexer(),
 		imports: c.imports, namespaces: c.namespaces, ranges: ranges, written: c.written, taken: &c.taken,

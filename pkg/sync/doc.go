@@ -93,6 +93,15 @@
 // keys and sets the timer to the step after it, and a recovery or removal
 // stops it.
 //
+// An outage belongs to the member, not to a replica or a connection. The
+// replica that owns a member publishes its view on the member's liveness
+// Lease (leases.go), reachable or not since when; every replica caches the
+// member Leases, and reads an unreachable member's state with the earlier
+// of its own outage start and the one its Lease publishes (outageStart),
+// so that a handover or a restart does not reset the policy's clock. The
+// merging replica deletes the Leases of unregistered members found in that
+// cache.
+//
 // # Convergence: no deferral without a wake-up
 //
 // The controller is level-triggered: whatever order events, member syncs,

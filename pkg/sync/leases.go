@@ -133,7 +133,8 @@ func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
 
 // watchMemberLeases caches the member Leases in the daemon's namespace,
 // whoever wrote them: the merging replica deletes those of unregistered
-// members from it.
+// members from it, and every replica reads the outages they publish
+// (outageStart). The hub caches count as synced once it is.
 func (c *Controller) watchMemberLeases() {
 	selector := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String() + "," + LabelLeaseCluster
 	f := informers.NewSharedInformerFactoryWithOptions(c.leases, 0, informers.WithNamespace(c.opts.LeaseNamespace),
@@ -142,6 +143,42 @@ func (c *Controller) watchMemberLeases() {
 	c.leaseInf = f.Coordination().V1().Leases().Informer()
 	c.memberLeases = f.Coordination().V1().Leases().Lister().Leases(c.opts.LeaseNamespace)
 	c.starters = append(c.starters, f.Start)
+}
+
+// outageStart is when the outage of a member that this replica finds
+// unreachable since own began: the earlier of own and the start its Lease
+// publishes, when that says it is unreachable. The outage belongs to the
+// member, so a replica that takes it over, or restarts, goes on with the
+// previous holder's clock (and, publishing, keeps that start: setHealth).
+// The Lease holds whole seconds: a start there that is own's, cut, is own.
+func (c *Controller) outageStart(cluster string, own time.Time) time.Time {
+	if c.memberLeases == nil {
+		return own
+	}
+	l, err := c.memberLeases.Get(MemberLeasePrefix + cluster)
+	if err != nil || l.Annotations[AnnotationReachable] != "false" {
+		return own
+	}
+	published, err := time.Parse(time.RFC3339, l.Annotations[AnnotationReachableSince])
+	if err != nil || !published.Before(own.Truncate(time.Second)) {
+		return own
+	}
+	return published
+}
+
+// leaseMembers is the registry as the controller reads it: an unreachable
+// member is so since outageStart.
+type leaseMembers struct {
+	Members
+	c *Controller
+}
+
+func (m leaseMembers) Lookup(name string) (lifecycle.State, Member) {
+	st, mem := m.Members.Lookup(name)
+	if st.Unreachable {
+		st.Since = m.c.outageStart(name, st.Since)
+	}
+	return st, mem
 }
 
 // wakeLeases asks runMemberLeases to publish the members' health now.

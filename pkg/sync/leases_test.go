@@ -15,7 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -240,9 +241,6 @@ func TestMemberLeasesUseTheLeaseClient(t *testing.T) {
 	leaseClient := kubefake.NewClientset(memberLease("gone"))
 	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second, LeaseClient: leaseClient}, nil, nil)
 	f.member("alpha")
-	if !cache.WaitForCacheSync(f.ctx.Done(), f.ctrl.leaseInf.HasSynced) {
-		t.Fatal("the Lease cache did not sync")
-	}
 	f.hub.ClearActions()
 	f.ctrl.renewMemberLeases(f.ctx, map[string]*coordinationv1.Lease{}, time.Millisecond)
 
@@ -316,5 +314,67 @@ func TestLeaseOfAMemberRegisteredAfterTheMergerStartedIsDeleted(t *testing.T) {
 	}
 	if _, err := leases.Get(f.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); err != nil {
 		t.Errorf("alpha's Lease: %v", err)
+	}
+}
+
+// TestOutageStartTravelsWithTheMemberLease: a replica that takes over an
+// unreachable member (or restarts) and finds its own connection down just
+// now times the unreachable policy from the outage's start its Lease
+// publishes, not from its own; and it does not move that start later.
+func TestOutageStartTravelsWithTheMemberLease(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	began := clk.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	l := memberLease("c1")
+	l.Annotations = map[string]string{AnnotationReachable: "false", AnnotationReachableSince: began.UTC().Format(time.RFC3339)}
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}},
+		[]runtime.Object{l}, nil)
+	m := f.exportedCart("c1")
+	f.drainQueue()
+	m.downSince = clk.Now() // this replica's connection timed out just now
+
+	c1Slices := func() int {
+		list, err := f.hub.DiscoveryV1().EndpointSlices("shop").List(f.ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=c1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	if c1Slices() == 0 {
+		t.Fatal("c1 has no hub slices to begin with")
+	}
+	f.ctrl.ClusterHealthChanged("c1", false)
+	f.drain()
+	if n := c1Slices(); n > 0 {
+		t.Fatalf("c1, unreachable since %s by its Lease, still has %d hub slices with a withdraw period of an hour: the policy timed the outage from this replica's own start", began, n)
+	}
+
+	f.ctrl.publishMemberHealth(f.ctx, map[string]*coordinationv1.Lease{})
+	got, err := f.hub.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+"c1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since := got.Annotations[AnnotationReachableSince]; since != began.UTC().Format(time.RFC3339) || got.Annotations[AnnotationReachable] != "false" {
+		t.Errorf("c1's Lease says reachable=%s since %s, want false since %s", got.Annotations[AnnotationReachable], since, began.UTC().Format(time.RFC3339))
+	}
+}
+
+// TestOutageStartIsTheEarlierOfOwnAndPublished: only a Lease that says its
+// member unreachable since earlier than this replica's own start moves
+// that start; one this replica wrote (its start, in whole seconds) does not.
+func TestOutageStartIsTheEarlierOfOwnAndPublished(t *testing.T) {
+	own := time.Now().Add(-time.Minute)
+	earlier := own.Add(-time.Hour).Truncate(time.Second)
+	lease := func(name, reachable string, since time.Time) runtime.Object {
+		l := memberLease(name)
+		l.Annotations = map[string]string{AnnotationReachable: reachable, AnnotationReachableSince: since.UTC().Format(time.RFC3339)}
+		return l
+	}
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second}, []runtime.Object{
+		lease("down", "false", earlier), lease("up", "true", earlier), lease("later", "false", own.Add(time.Hour)), lease("same", "false", own),
+	}, nil)
+	for name, want := range map[string]time.Time{"down": earlier, "up": own, "later": own, "same": own, "none": own} {
+		if got := f.ctrl.outageStart(name, own); !got.Equal(want) {
+			t.Errorf("%s: outage start %v, want %v", name, got, want)
+		}
 	}
 }

@@ -151,7 +151,9 @@ func (c *Controller) watchMemberLeases() {
 // member, so a replica that takes it over, or restarts, goes on with the
 // previous holder's clock (and, publishing, keeps that start: setHealth).
 // The Lease holds whole seconds: a start there that is own's, cut, is own.
-func (c *Controller) outageStart(cluster string, own time.Time) time.Time {
+// No outage starts before the member's registration (registered; zero: not
+// known): an earlier one was another registration's.
+func (c *Controller) outageStart(cluster string, own, registered time.Time) time.Time {
 	if c.memberLeases == nil {
 		return own
 	}
@@ -163,7 +165,13 @@ func (c *Controller) outageStart(cluster string, own time.Time) time.Time {
 	if err != nil || !published.Before(own.Truncate(time.Second)) {
 		return own
 	}
-	return published
+	if published.Before(registered) {
+		published = registered
+	}
+	if published.Before(own) {
+		return published
+	}
+	return own
 }
 
 // leaseMembers is the registry as the controller reads it: an unreachable
@@ -176,7 +184,7 @@ type leaseMembers struct {
 func (m leaseMembers) Lookup(name string) (lifecycle.State, Member) {
 	st, mem := m.Members.Lookup(name)
 	if st.Unreachable {
-		st.Since = m.c.outageStart(name, st.Since)
+		st.Since = m.c.outageStart(name, st.Since, st.RegisteredAt)
 	}
 	return st, mem
 }

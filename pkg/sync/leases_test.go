@@ -360,7 +360,8 @@ func TestOutageStartTravelsWithTheMemberLease(t *testing.T) {
 
 // TestOutageStartIsTheEarlierOfOwnAndPublished: only a Lease that says its
 // member unreachable since earlier than this replica's own start moves
-// that start; one this replica wrote (its start, in whole seconds) does not.
+// that start; one this replica wrote (its start, in whole seconds) does not;
+// and no outage starts before the member's registration.
 func TestOutageStartIsTheEarlierOfOwnAndPublished(t *testing.T) {
 	own := time.Now().Add(-time.Minute)
 	earlier := own.Add(-time.Hour).Truncate(time.Second)
@@ -373,8 +374,12 @@ func TestOutageStartIsTheEarlierOfOwnAndPublished(t *testing.T) {
 		lease("down", "false", earlier), lease("up", "true", earlier), lease("later", "false", own.Add(time.Hour)), lease("same", "false", own),
 	}, nil)
 	for name, want := range map[string]time.Time{"down": earlier, "up": own, "later": own, "same": own, "none": own} {
-		if got := f.ctrl.outageStart(name, own); !got.Equal(want) {
+		if got := f.ctrl.outageStart(name, own, time.Time{}); !got.Equal(want) {
 			t.Errorf("%s: outage start %v, want %v", name, got, want)
 		}
+	}
+	registered := earlier.Add(time.Minute)
+	if got := f.ctrl.outageStart("down", own, registered); !got.Equal(registered) {
+		t.Errorf("outage start %v of a member registered at %v, want its registration", got, registered)
 	}
 }

@@ -41,17 +41,19 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 	if err != nil {
 		return err
 	}
-	// An unreadable record is rewritten by its member's sync, queued here;
-	// each rewrite queues this key. The merge waits for the members that
-	// have a connection (after an upgrade, their first sync rewrites every
-	// record), and merges the others' exports without those that have
-	// none: a member that cannot be connected would freeze the import for
-	// every other member.
+	// An unreadable record is rewritten by its member's sync, queued here
+	// (or its holder's, on another replica); each rewrite queues this key.
+	// The merge waits for the members that have a connection (after an
+	// upgrade, their first sync rewrites every record) and for those owned
+	// elsewhere (this replica has no connection to them, their holder
+	// may); it merges the others' exports without those this replica owns
+	// and cannot connect: they would freeze the import for every other
+	// member.
 	wait := false
 	out.unreadable = len(unreadable)
 	for _, src := range unreadable {
 		out.queue(src)
-		if st, _ := c.members.Lookup(src.Cluster); st.Phase >= lifecycle.Connected {
+		if st, _ := c.members.Lookup(src.Cluster); st.Phase >= lifecycle.Connected || st.Registered() && !st.Owned {
 			wait = true
 		}
 	}

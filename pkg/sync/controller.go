@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -133,7 +134,7 @@ const queueName = "endpoint_aggregator"
 // Controller keeps the hub's aggregated objects in line with the members.
 type Controller struct {
 	opts     Options
-	members  Members
+	members  Members // the registry; through leaseMembers with member Leases
 	hub      kubernetes.Interface
 	hubMCS   mcsclientset.Interface
 	leases   kubernetes.Interface // of the member Leases (Options.LeaseClient)
@@ -170,6 +171,10 @@ type Controller struct {
 	// cidrInf caches the hub's ServiceCIDRs (WatchServiceCIDRs); nil
 	// otherwise.
 	cidrInf cache.SharedIndexInformer
+	// leaseInf caches the member Leases, memberLeases lists them; both nil
+	// without member Leases (Options.LeaseNamespace).
+	leaseInf     cache.SharedIndexInformer
+	memberLeases coordinationlisters.LeaseNamespaceLister
 
 	// retrying holds the keys waiting out a backoff after an error; the
 	// workqueue does not count them in Len.
@@ -301,6 +306,10 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		}
 	}
 	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
+	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
+		c.members = leaseMembers{Members: members, c: c}
+		c.watchMemberLeases()
+	}
 	c.read = &hubReader{
 		services: c.services, endpoints: c.endpointInf.GetIndexer(), slices: c.sliceInf.GetIndexer(),
 		imports: c.imports, namespaces: c.namespaces, ranges: ranges, written: c.written, taken: &c.taken,
@@ -355,7 +364,8 @@ func (c *Controller) HasStarted() bool {
 // HubSynced reports whether the hub caches have synced.
 func (c *Controller) HubSynced() bool {
 	return c.serviceInf.HasSynced() && c.endpointInf.HasSynced() && c.sliceInf.HasSynced() &&
-		c.importInf.HasSynced() && c.nsInf.HasSynced() && (c.cidrInf == nil || c.cidrInf.HasSynced())
+		c.importInf.HasSynced() && c.nsInf.HasSynced() && (c.cidrInf == nil || c.cidrInf.HasSynced()) &&
+		(c.leaseInf == nil || c.leaseInf.HasSynced())
 }
 
 // StartInformers starts the hub informers. Standby replicas call it to keep
@@ -411,8 +421,19 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // begin queues every hub object once, now that the hub caches and the
 // registrations are known: those of clusters without a Secret are withdrawn;
-// those of registered clusters wait for the cluster to sync.
+// those of registered clusters wait for the cluster to sync. It times the
+// policies of unreachable members again, by the outages their Leases
+// publish.
 func (c *Controller) begin() {
+	if c.memberLeases != nil {
+		// A policy timer set before the Lease cache synced went by this
+		// replica's own outage start (see outageStart).
+		for _, name := range c.members.Names() {
+			if st, _ := c.members.Lookup(name); st.Unreachable {
+				c.applyPolicy(name)
+			}
+		}
+	}
 	c.enqueueHubObjects(labels.Everything())
 	c.startedOnce.Do(func() { close(c.started) })
 	c.wake(waitRegistrations(), true)

@@ -93,6 +93,15 @@
 // keys and sets the timer to the step after it, and a recovery or removal
 // stops it.
 //
+// An outage belongs to the member, not to a replica or a connection. The
+// replica that owns a member publishes its view on the member's liveness
+// Lease (leases.go), reachable or not since when; every replica caches the
+// member Leases, and reads an unreachable member's state with the earlier
+// of its own outage start and the one its Lease publishes (outageStart),
+// so that a handover or a restart does not reset the policy's clock. The
+// merging replica deletes the Leases of unregistered members found in that
+// cache.
+//
 // # Convergence: no deferral without a wake-up
 //
 // The controller is level-triggered: whatever order events, member syncs,
@@ -117,7 +126,8 @@
 //     A key waits only for what its last sync found missing: its waits are
 //     dropped before each of its syncs, and with its member.
 //   - A merge that finds an export record it cannot read queues the member
-//     key whose sync rewrites it; the rewrite queues the merge again.
+//     key whose sync rewrites it (for a member owned elsewhere, its
+//     holder's sync does); the rewrite queues the merge again.
 //   - waitFor checks the precondition again after recording, so a transition
 //     that races the sync is never missed.
 //   - A write that the hub cache has not shown yet is read back from the

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -130,6 +131,64 @@ func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
 	}
 }
 
+// watchMemberLeases caches the member Leases in the daemon's namespace,
+// whoever wrote them: the merging replica deletes those of unregistered
+// members from it, and every replica reads the outages they publish
+// (outageStart). The hub caches count as synced once it is.
+func (c *Controller) watchMemberLeases() {
+	selector := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String() + "," + LabelLeaseCluster
+	f := informers.NewSharedInformerFactoryWithOptions(c.leases, 0, informers.WithNamespace(c.opts.LeaseNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
+		informers.WithTransform(stripHubObject))
+	c.leaseInf = f.Coordination().V1().Leases().Informer()
+	c.memberLeases = f.Coordination().V1().Leases().Lister().Leases(c.opts.LeaseNamespace)
+	c.starters = append(c.starters, f.Start)
+}
+
+// outageStart is when the outage of a member that this replica finds
+// unreachable since own began: the earlier of own and the start its Lease
+// publishes, when that says it is unreachable. The outage belongs to the
+// member, so a replica that takes it over, or restarts, goes on with the
+// previous holder's clock (and, publishing, keeps that start: setHealth).
+// The Lease holds whole seconds: a start there that is own's, cut, is own.
+// No outage starts before the member's registration (registered; zero: not
+// known): an earlier one was another registration's.
+func (c *Controller) outageStart(cluster string, own, registered time.Time) time.Time {
+	if c.memberLeases == nil {
+		return own
+	}
+	l, err := c.memberLeases.Get(MemberLeasePrefix + cluster)
+	if err != nil || l.Annotations[AnnotationReachable] != "false" {
+		return own
+	}
+	published, err := time.Parse(time.RFC3339, l.Annotations[AnnotationReachableSince])
+	if err != nil || !published.Before(own.Truncate(time.Second)) {
+		return own
+	}
+	if published.Before(registered) {
+		published = registered
+	}
+	if published.Before(own) {
+		return published
+	}
+	return own
+}
+
+// leaseMembers is the registry as the controller reads it: an unreachable
+// member is so since outageStart.
+type leaseMembers struct {
+	Members
+	c *Controller
+}
+
+func (m leaseMembers) Lookup(name string) (lifecycle.State, Member) {
+	st, mem := m.Members.Lookup(name)
+	if st.Unreachable {
+		st.Since = m.c.outageStart(name, st.Since, st.RegisteredAt)
+	}
+	return st, mem
+}
+
 // wakeLeases asks runMemberLeases to publish the members' health now.
 func (c *Controller) wakeLeases() {
 	select {
@@ -146,15 +205,14 @@ func (c *Controller) wakeLeases() {
 // member (see AnnotationReachable), written when it changes: at once when
 // the member's health changes (wakeLeases), else with the period; a member
 // that cannot be read gets a Lease that says why, never renewed. Only the
-// replica that owns a member writes its Lease. Leases of unregistered
-// members are deleted, among them those found by a List of our Leases at
-// the start (retried each period until it succeeds).
+// replica that owns a member writes its Lease. The merging replica deletes
+// the Leases of unregistered members, whoever wrote them: those the Lease
+// cache holds (see watchMemberLeases) and those it wrote itself.
 func (c *Controller) runMemberLeases(ctx context.Context) {
-	if c.opts.LeaseNamespace == "" || c.opts.LeaseDuration <= 0 {
+	if c.memberLeases == nil {
 		return
 	}
 	known := map[string]*coordinationv1.Lease{}
-	listed := false
 	period := c.opts.LeaseDuration / 4
 	next := time.Now()
 	for {
@@ -174,15 +232,12 @@ func (c *Controller) runMemberLeases(ctx context.Context) {
 		if now := time.Now(); next.Before(now) {
 			next = now
 		}
-		c.renewMemberLeases(ctx, known, &listed, period)
+		c.renewMemberLeases(ctx, known, period)
 	}
 }
 
 // renewMemberLeases is one period of runMemberLeases.
-func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease, listed *bool, period time.Duration) {
-	if !*listed {
-		*listed = c.listMemberLeases(ctx, known)
-	}
+func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease, period time.Duration) {
 	registered := map[string]bool{}
 	names := c.members.Names()
 	// Spread the renewals over most of the period: a burst of one
@@ -216,11 +271,37 @@ func (c *Controller) renewMemberLeases(ctx context.Context, known map[string]*co
 	if !c.members.SecretsSynced() {
 		return // a name not known yet may still be registered
 	}
-	for name, l := range known {
-		if registered[name] {
+	c.deleteMemberLeases(ctx, known, registered)
+}
+
+// deleteMemberLeases deletes the Leases of the members not registered:
+// those in the Lease cache, written by any replica (or left behind while
+// the daemon was down), and those in known, written here and perhaps not
+// cached yet.
+func (c *Controller) deleteMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease, registered map[string]bool) {
+	stale := map[string]bool{}
+	for name := range known {
+		stale[name] = !registered[name]
+	}
+	if c.leaseInf.HasSynced() {
+		cached, err := c.memberLeases.List(labels.Everything())
+		if err != nil {
+			klog.ErrorS(err, "Listing the cached member Leases failed")
+		}
+		for _, l := range cached {
+			if name := l.Labels[LabelLeaseCluster]; name != "" {
+				stale[name] = !registered[name]
+			}
+		}
+	}
+	for name, gone := range stale {
+		if !gone {
 			continue
 		}
-		err := c.leases.CoordinationV1().Leases(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+		if st, _ := c.members.Lookup(name); st.Registered() {
+			continue // registered since Names
+		}
+		err := c.leases.CoordinationV1().Leases(c.opts.LeaseNamespace).Delete(ctx, MemberLeasePrefix+name, metav1.DeleteOptions{})
 		c.write.countWrite(resourceLease, verbDelete, err)
 		if err == nil || apierrors.IsNotFound(err) {
 			delete(known, name)
@@ -250,31 +331,6 @@ func (c *Controller) writeMemberLease(ctx context.Context, name string, known ma
 	} else {
 		known[name] = l
 	}
-}
-
-// listMemberLeases adds to known the member Leases in the hub, among them
-// those left behind by members unregistered while the daemon was down, so
-// that they are deleted. It reports whether the List succeeded: until it
-// does, runMemberLeases calls it again in each period, after which the
-// renewals of that period go on as usual. A Lease already in known (one we
-// wrote since) is newer than the listed one and is kept.
-func (c *Controller) listMemberLeases(ctx context.Context, known map[string]*coordinationv1.Lease) bool {
-	list, err := c.leases.CoordinationV1().Leases(c.opts.LeaseNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String(),
-	})
-	if err != nil {
-		klog.ErrorS(err, "Listing member Leases failed; retrying next renewal period (Leases of unregistered members stay until then)",
-			"namespace", c.opts.LeaseNamespace)
-		return false
-	}
-	for i := range list.Items {
-		l := &list.Items[i]
-		name := l.Labels[LabelLeaseCluster]
-		if _, ok := known[name]; name != "" && !ok {
-			known[name] = l
-		}
-	}
-	return true
 }
 
 // renewLease creates or renews a member's Lease, with h in its annotations;

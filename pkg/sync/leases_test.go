@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -33,20 +35,20 @@ func memberLease(cluster string) *coordinationv1.Lease {
 
 // A member unregistered while the daemon was down left its Lease; the
 // daemon's first List of Leases fails. The Lease must still be deleted once
-// a later List succeeds, and the registered member's Lease kept renewed
-// meanwhile.
+// its Lease cache lists again, and the registered member's Lease kept
+// renewed meanwhile.
 func TestMemberLeasesFailedInitialListStillDeletesStaleLease(t *testing.T) {
-	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 100 * time.Millisecond},
-		[]runtime.Object{memberLease("gone")}, nil)
-	f.member("alpha")
+	leaseClient := kubefake.NewClientset(memberLease("gone"))
 	var lists, failures atomic.Int32
-	f.hub.PrependReactor("list", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if lists.Add(1) <= 2 {
+	leaseClient.PrependReactor("list", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if lists.Add(1) <= 1 {
 			failures.Add(1)
 			return true, nil, apierrors.NewServiceUnavailable("hub API server restarting")
 		}
 		return false, nil, nil
 	})
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 100 * time.Millisecond, LeaseClient: leaseClient}, nil, nil)
+	f.member("alpha")
 
 	ctx, cancel := context.WithCancel(f.ctx)
 	var wg stdsync.WaitGroup
@@ -57,8 +59,8 @@ func TestMemberLeasesFailedInitialListStillDeletesStaleLease(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	leases := f.hub.CoordinationV1().Leases(leaseTestNS)
-	deadline := time.Now().Add(5 * time.Second)
+	leases := leaseClient.CoordinationV1().Leases(leaseTestNS)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, errGone := leases.Get(f.ctx, MemberLeasePrefix+"gone", metav1.GetOptions{})
 		_, errAlpha := leases.Get(f.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{})
@@ -71,8 +73,8 @@ func TestMemberLeasesFailedInitialListStillDeletesStaleLease(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if failures.Load() != 2 {
-		t.Errorf("%d Lease lists failed, want 2 (the reactor fails the first two)", failures.Load())
+	if failures.Load() != 1 {
+		t.Errorf("%d Lease lists failed, want 1 (the reactor fails the first)", failures.Load())
 	}
 }
 
@@ -130,7 +132,6 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 	other := f.member("other")
 	other.elsewhere = true
 	known := map[string]*coordinationv1.Lease{}
-	listed := false
 	get := func(name string) *coordinationv1.Lease {
 		t.Helper()
 		l, err := f.hub.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+name, metav1.GetOptions{})
@@ -160,7 +161,7 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 	alphaLease := leaseTestNS + "/" + MemberLeasePrefix + "alpha"
 
 	f.hub.ClearActions()
-	f.ctrl.renewMemberLeases(f.ctx, known, &listed, period)
+	f.ctrl.renewMemberLeases(f.ctx, known, period)
 	wantWrites("first pass", "create leases "+alphaLease)
 	if l := get("alpha"); l.Annotations[AnnotationReachable] != "true" || l.Spec.RenewTime == nil || l.Annotations[AnnotationErrorReason] != "" {
 		t.Errorf("healthy member's Lease: annotations %v, renewTime %v", l.Annotations, l.Spec.RenewTime)
@@ -181,7 +182,7 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 		t.Errorf("an unreachable member's Lease was renewed: %v, was %v", l.Spec.RenewTime, renewed)
 	}
 	f.ctrl.publishMemberHealth(f.ctx, known)
-	f.ctrl.renewMemberLeases(f.ctx, known, &listed, period)
+	f.ctrl.renewMemberLeases(f.ctx, known, period)
 	alpha.why = "context deadline exceeded (Client.Timeout exceeded)"
 	f.ctrl.publishMemberHealth(f.ctx, known)
 	wantWrites("nothing changed but the message")
@@ -216,8 +217,8 @@ func TestMemberLeasePublishesTheDaemonsViewWhenItChanges(t *testing.T) {
 	gamma := g.member("gamma")
 	gamma.synced = false
 	g.hub.ClearActions()
-	restartKnown, restartListed := map[string]*coordinationv1.Lease{}, false
-	g.ctrl.renewMemberLeases(g.ctx, restartKnown, &restartListed, period)
+	restartKnown := map[string]*coordinationv1.Lease{}
+	g.ctrl.renewMemberLeases(g.ctx, restartKnown, period)
 	g.ctrl.publishMemberHealth(g.ctx, restartKnown)
 	on = g
 	wantWrites("restart")
@@ -241,12 +242,13 @@ func TestMemberLeasesUseTheLeaseClient(t *testing.T) {
 	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second, LeaseClient: leaseClient}, nil, nil)
 	f.member("alpha")
 	f.hub.ClearActions()
-	known, listed := map[string]*coordinationv1.Lease{}, false
-	f.ctrl.renewMemberLeases(f.ctx, known, &listed, time.Millisecond)
+	f.ctrl.renewMemberLeases(f.ctx, map[string]*coordinationv1.Lease{}, time.Millisecond)
 
 	var got []string
 	for _, a := range leaseClient.Actions() {
-		got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+		if a.GetVerb() != "watch" { // the cache's, whenever it starts
+			got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+		}
 	}
 	if want := []string{"list leases", "get leases", "create leases", "delete leases"}; !slices.Equal(got, want) {
 		t.Errorf("the lease client's requests %q, want %q", got, want)
@@ -276,5 +278,108 @@ func TestIdentityMismatchMessagesAreWorthALeaseWrite(t *testing.T) {
 	}
 	if healthChanged(l, leaseHealth{reason: reasonIdentityMismatch, message: `its cluster id is "west"`}) {
 		t.Error("the same identity mismatch is worth a write")
+	}
+}
+
+// TestLeaseOfAMemberRegisteredAfterTheMergerStartedIsDeleted: a member
+// registered after the merging replica started, owned (and its Lease
+// written) by another replica, then unregistered, must not leave its Lease
+// behind.
+func TestLeaseOfAMemberRegisteredAfterTheMergerStartedIsDeleted(t *testing.T) {
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second}, nil, nil)
+	f.member("alpha")
+	known := map[string]*coordinationv1.Lease{}
+	f.ctrl.renewMemberLeases(f.ctx, known, time.Millisecond)
+
+	late := f.member("late")
+	late.elsewhere = true
+	leases := f.hub.CoordinationV1().Leases(leaseTestNS)
+	if _, err := leases.Create(f.ctx, memberLease("late"), metav1.CreateOptions{}); err != nil { // by its owner
+		t.Fatal(err)
+	}
+	f.ctrl.renewMemberLeases(f.ctx, known, time.Millisecond)
+	delete(f.members.members, "late")
+
+	deadline := time.Now().Add(5 * time.Second)
+	for passes := 1; ; passes++ {
+		f.ctrl.renewMemberLeases(f.ctx, known, time.Millisecond)
+		_, err := leases.Get(f.ctx, MemberLeasePrefix+"late", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d passes of the merging replica, the Lease of the unregistered member late: %v, want NotFound", passes, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := leases.Get(f.ctx, MemberLeasePrefix+"alpha", metav1.GetOptions{}); err != nil {
+		t.Errorf("alpha's Lease: %v", err)
+	}
+}
+
+// TestOutageStartTravelsWithTheMemberLease: a replica that takes over an
+// unreachable member (or restarts) and finds its own connection down just
+// now times the unreachable policy from the outage's start its Lease
+// publishes, not from its own; and it does not move that start later.
+func TestOutageStartTravelsWithTheMemberLease(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	began := clk.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	l := memberLease("c1")
+	l.Annotations = map[string]string{AnnotationReachable: "false", AnnotationReachableSince: began.UTC().Format(time.RFC3339)}
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}},
+		[]runtime.Object{l}, nil)
+	m := f.exportedCart("c1")
+	f.drainQueue()
+	m.downSince = clk.Now() // this replica's connection timed out just now
+
+	c1Slices := func() int {
+		list, err := f.hub.DiscoveryV1().EndpointSlices("shop").List(f.ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=c1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	if c1Slices() == 0 {
+		t.Fatal("c1 has no hub slices to begin with")
+	}
+	f.ctrl.ClusterHealthChanged("c1", false)
+	f.drain()
+	if n := c1Slices(); n > 0 {
+		t.Fatalf("c1, unreachable since %s by its Lease, still has %d hub slices with a withdraw period of an hour: the policy timed the outage from this replica's own start", began, n)
+	}
+
+	f.ctrl.publishMemberHealth(f.ctx, map[string]*coordinationv1.Lease{})
+	got, err := f.hub.CoordinationV1().Leases(leaseTestNS).Get(f.ctx, MemberLeasePrefix+"c1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since := got.Annotations[AnnotationReachableSince]; since != began.UTC().Format(time.RFC3339) || got.Annotations[AnnotationReachable] != "false" {
+		t.Errorf("c1's Lease says reachable=%s since %s, want false since %s", got.Annotations[AnnotationReachable], since, began.UTC().Format(time.RFC3339))
+	}
+}
+
+// TestOutageStartIsTheEarlierOfOwnAndPublished: only a Lease that says its
+// member unreachable since earlier than this replica's own start moves
+// that start; one this replica wrote (its start, in whole seconds) does not;
+// and no outage starts before the member's registration.
+func TestOutageStartIsTheEarlierOfOwnAndPublished(t *testing.T) {
+	own := time.Now().Add(-time.Minute)
+	earlier := own.Add(-time.Hour).Truncate(time.Second)
+	lease := func(name, reachable string, since time.Time) runtime.Object {
+		l := memberLease(name)
+		l.Annotations = map[string]string{AnnotationReachable: reachable, AnnotationReachableSince: since.UTC().Format(time.RFC3339)}
+		return l
+	}
+	f := newFixture(t, Options{LeaseNamespace: leaseTestNS, LeaseDuration: 40 * time.Second}, []runtime.Object{
+		lease("down", "false", earlier), lease("up", "true", earlier), lease("later", "false", own.Add(time.Hour)), lease("same", "false", own),
+	}, nil)
+	for name, want := range map[string]time.Time{"down": earlier, "up": own, "later": own, "same": own, "none": own} {
+		if got := f.ctrl.outageStart(name, own, time.Time{}); !got.Equal(want) {
+			t.Errorf("%s: outage start %v, want %v", name, got, want)
+		}
+	}
+	registered := earlier.Add(time.Minute)
+	if got := f.ctrl.outageStart("down", own, registered); !got.Equal(registered) {
+		t.Errorf("outage start %v of a member registered at %v, want its registration", got, registered)
 	}
 }

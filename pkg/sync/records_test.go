@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // An export record that cannot be read queues its member's key, whose sync
@@ -80,5 +81,30 @@ func TestUnreadableRecordOfAnUnconnectedMemberDoesNotFreezeTheMerge(t *testing.T
 	f.drain()
 	if got := f.importClusters(); !slices.Contains(got, "c2") {
 		t.Fatalf("import clusters %v: c2 never merged while c1 cannot rewrite its record", got)
+	}
+}
+
+// On the merging replica, a member another replica owns has no connection
+// here (Registered, not owned). Its holder rewrites an unreadable record of
+// it; meanwhile the merge counts the member as the hub holds it and never
+// drops it from the import.
+func TestUnreadableRecordOfAMemberOwnedElsewhereIsNotDropped(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	f.exportedCart("c1")
+	c2 := f.exportedCart("c2")
+	f.sync(cartC1.ClusterSet())
+	if got := f.importClusters(); !slices.Equal(got, []string{"c1", "c2"}) {
+		t.Fatalf("import clusters %v, want [c1 c2]", got)
+	}
+	f.breakRecord(endpoints.SliceName("shop", "cart", "c2", 0))
+	c2.elsewhere, c2.synced, c2.phase = true, false, lifecycle.Registered
+	f.drainQueue()
+	f.resetActions()
+	f.sync(cartC1.ClusterSet())
+	if got := f.importClusters(); !slices.Equal(got, []string{"c1", "c2"}) {
+		t.Fatalf("import clusters %v after the merge, want [c1 c2]: c2, owned by another replica, was dropped for a record its holder rewrites", got)
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("the merge wrote %q while c2's record waits for its holder", w)
 	}
 }

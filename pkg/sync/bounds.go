@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	stdsync "sync"
 	"time"
 )
 
@@ -17,28 +16,26 @@ const (
 	DefaultMaxMemberEndpoints = 100000
 )
 
-// exportLedger holds, for each member, the exports its keys' last syncs
-// found: when each counts from, how many endpoints it brings, and whether
-// the sync admitted it. It feeds the per-cluster gauges and keeps each
-// member within its bounds, so that one member cannot slow the others: a
-// member's exports rank oldest first (export time, then namespace/name)
-// and are admitted while their number stays within maxServices and their
-// endpoints within maxEndpoints; the export that crosses a bound, and
-// every newer one, is refused. The ledger knows only the exports synced
-// so far: until every key of a member has been synced once, a newer
-// export may be admitted and then refused for an older one.
-type exportLedger struct {
+// bounds keep each member within what it may export, so that one member
+// cannot slow the others: a member's exports rank oldest first (export
+// time, then namespace/name) and are admitted while their number stays
+// within maxServices and their endpoints within maxEndpoints; the export
+// that crosses a bound, and every newer one, is refused.
+type bounds struct {
 	maxServices, maxEndpoints int // 0: no bound
-	mu                        stdsync.Mutex
-	members                   map[string]*memberExports
 }
 
-// memberExports is one member's part of the ledger.
-type memberExports struct {
+// ledger is a member's exports as its keys' last syncs found them: when
+// each counts from, how many endpoints it brings, and whether the sync
+// admitted it. It feeds the per-cluster gauges and the bounds. It knows
+// only the exports synced so far: until every key of a member has been
+// synced once, a newer export may be admitted and then refused for an
+// older one.
+type ledger struct {
 	exports map[Key]ledgerEntry
-	// endpoints sums the endpoints of every export; admitted and refused
-	// count the exports by what their last sync did.
-	endpoints, admittedEndpoints, refused int
+	// endpoints sums the endpoints of every export; admittedEndpoints
+	// those of the admitted ones; refusedExports counts the refused ones.
+	endpoints, admittedEndpoints, refusedExports int
 }
 
 // ledgerEntry is one export as its last sync found it.
@@ -48,17 +45,13 @@ type ledgerEntry struct {
 	admitted  bool
 }
 
-func newExportLedger(maxServices, maxEndpoints int) *exportLedger {
-	return &exportLedger{maxServices: maxServices, maxEndpoints: maxEndpoints, members: map[string]*memberExports{}}
-}
-
 // judge decides whether the export of a member key, counting from created
 // with n endpoints, is within its member's bounds, given the member's
 // other exports: "" admits it, anything else says why it is refused.
-func (l *exportLedger) judge(key Key, created time.Time, n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.members[key.Cluster]
+func (s *memberStates) judge(key Key, created time.Time, n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[key.Cluster]
 	services, endpoints := 1, n
 	if m != nil {
 		old, had := m.exports[key]
@@ -67,34 +60,31 @@ func (l *exportLedger) judge(key Key, created time.Time, n int) string {
 			services++
 		}
 	}
-	if l.within(services, endpoints) {
+	if s.within(services, endpoints) {
 		return ""
 	}
 	entries := map[Key]ledgerEntry{}
 	if m != nil {
 		entries = m.exports
 	}
-	admitted, why := l.rank(entries, key, ledgerEntry{created: created, endpoints: n})
+	admitted, why := s.rank(entries, key, ledgerEntry{created: created, endpoints: n})
 	if admitted[key] {
 		return ""
 	}
 	return why
 }
 
-// record sets what the last sync of a member key found (nil: no export)
-// and returns the member's other keys whose last sync the ranking now
-// decides otherwise, to sync again, and whether the key's export was
+// recordExport sets what the last sync of a member key found (nil: no
+// export) and returns the member's other keys whose last sync the ranking
+// now decides otherwise, to sync again, and whether the key's export was
 // refused before.
-func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.members[key.Cluster]
+func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRefused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	m := s.member(key.Cluster, e != nil)
 	if m == nil {
-		if e == nil {
-			return nil, false
-		}
-		m = &memberExports{exports: map[Key]ledgerEntry{}}
-		l.members[key.Cluster] = m
+		return nil, false
 	}
 	old, had := m.exports[key]
 	if had {
@@ -106,14 +96,10 @@ func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused 
 		m.add(*e)
 	}
 	wasRefused = had && !old.admitted
-	if len(m.exports) == 0 {
-		delete(l.members, key.Cluster)
+	if m.refusedExports == 0 && s.within(len(m.exports), m.endpoints) {
 		return nil, wasRefused
 	}
-	if m.refused == 0 && l.within(len(m.exports), m.endpoints) {
-		return nil, wasRefused
-	}
-	admitted, _ := l.rank(m.exports, Key{}, ledgerEntry{})
+	admitted, _ := s.rank(m.exports, Key{}, ledgerEntry{})
 	for k, entry := range m.exports {
 		if k != key && entry.admitted != admitted[k] {
 			again = append(again, k)
@@ -122,32 +108,32 @@ func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused 
 	return again, wasRefused
 }
 
-func (m *memberExports) add(e ledgerEntry) {
-	m.endpoints += e.endpoints
+func (l *ledger) add(e ledgerEntry) {
+	l.endpoints += e.endpoints
 	if e.admitted {
-		m.admittedEndpoints += e.endpoints
+		l.admittedEndpoints += e.endpoints
 	} else {
-		m.refused++
+		l.refusedExports++
 	}
 }
 
-func (m *memberExports) remove(e ledgerEntry) {
-	m.endpoints -= e.endpoints
+func (l *ledger) remove(e ledgerEntry) {
+	l.endpoints -= e.endpoints
 	if e.admitted {
-		m.admittedEndpoints -= e.endpoints
+		l.admittedEndpoints -= e.endpoints
 	} else {
-		m.refused--
+		l.refusedExports--
 	}
 }
 
-func (l *exportLedger) within(services, endpoints int) bool {
+func (l bounds) within(services, endpoints int) bool {
 	return (l.maxServices <= 0 || services <= l.maxServices) && (l.maxEndpoints <= 0 || endpoints <= l.maxEndpoints)
 }
 
 // rank admits the oldest exports of entries, with extra standing in for
 // the entry of key when key is set, and says why the first refused one
 // is refused.
-func (l *exportLedger) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEntry) (map[Key]bool, string) {
+func (l bounds) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEntry) (map[Key]bool, string) {
 	type ranked struct {
 		key Key
 		ledgerEntry
@@ -181,16 +167,4 @@ func (l *exportLedger) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEn
 		admitted[r.key] = true
 	}
 	return admitted, why
-}
-
-// clusterTotals returns, per member, the exports admitted, their
-// endpoints and the exports refused.
-func (l *exportLedger) clusterTotals() map[string][3]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string][3]int, len(l.members))
-	for cluster, m := range l.members {
-		out[cluster] = [3]int{len(m.exports) - m.refused, m.admittedEndpoints, m.refused}
-	}
-	return out
 }

@@ -18,7 +18,7 @@ import (
 func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(int64(1000+s), 0) }
 	k := func(name string) Key { return Key{Cluster: "c1", Namespace: "shop", Name: name} }
-	l := newExportLedger(2, 10)
+	l := newMemberStates(2, 10)
 
 	// The newest first: admitted while the member is within its bounds.
 	for _, tc := range []struct {
@@ -30,7 +30,7 @@ func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 		if why := l.judge(k(tc.name), at(tc.created), tc.n); (why == "") != tc.admit {
 			t.Fatalf("judge(%s) = %q", tc.name, why)
 		}
-		if again, _ := l.record(k(tc.name), &ledgerEntry{created: at(tc.created), endpoints: tc.n, admitted: true}); len(again) != 0 {
+		if again, _ := l.recordExport(k(tc.name), &ledgerEntry{created: at(tc.created), endpoints: tc.n, admitted: true}); len(again) != 0 {
 			t.Fatalf("record(%s) asks to sync %v again", tc.name, again)
 		}
 	}
@@ -38,7 +38,7 @@ func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 	if why := l.judge(k("a"), at(1), 1); why != "" {
 		t.Fatalf("the oldest export refused: %s", why)
 	}
-	again, _ := l.record(k("a"), &ledgerEntry{created: at(1), endpoints: 1, admitted: true})
+	again, _ := l.recordExport(k("a"), &ledgerEntry{created: at(1), endpoints: 1, admitted: true})
 	if !slices.Equal(again, []Key{k("c")}) {
 		t.Fatalf("record(a) asks to sync %v again, want [c]", again)
 	}
@@ -46,10 +46,10 @@ func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 	if !strings.Contains(why, "--max-member-services=2") || !strings.Contains(why, "its 2 oldest exports are imported") {
 		t.Fatalf("judge(c) = %q, want it refused past --max-member-services=2", why)
 	}
-	if again, wasRefused := l.record(k("c"), &ledgerEntry{created: at(3), endpoints: 1}); len(again) != 0 || wasRefused {
+	if again, wasRefused := l.recordExport(k("c"), &ledgerEntry{created: at(3), endpoints: 1}); len(again) != 0 || wasRefused {
 		t.Fatalf("record(c refused) = %v, %v", again, wasRefused)
 	}
-	if got := l.clusterTotals()["c1"]; got != [3]int{2, 2, 1} {
+	if got := l.totals()["c1"]; got != (memberTotals{services: 2, endpoints: 2, refusedServices: 1}) {
 		t.Errorf("totals %v, want 2 admitted with 2 endpoints, 1 refused", got)
 	}
 	// An export that grows past the endpoint bound goes, and so do the
@@ -58,14 +58,14 @@ func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 		t.Fatalf("judge(b with 10 endpoints) = %q, want it refused past --max-member-endpoints=10", why)
 	}
 	// The oldest unexported: c fits again.
-	again, _ = l.record(k("a"), nil)
+	again, _ = l.recordExport(k("a"), nil)
 	if !slices.Equal(again, []Key{k("c")}) {
 		t.Fatalf("after a left, record asks to sync %v again, want [c]", again)
 	}
 	if why := l.judge(k("c"), at(3), 1); why != "" {
 		t.Fatalf("c still refused with room: %s", why)
 	}
-	if _, wasRefused := l.record(k("c"), &ledgerEntry{created: at(3), endpoints: 1, admitted: true}); !wasRefused {
+	if _, wasRefused := l.recordExport(k("c"), &ledgerEntry{created: at(3), endpoints: 1, admitted: true}); !wasRefused {
 		t.Error("c's admission after a refusal is not reported")
 	}
 	// Another member is not affected by this one.

@@ -41,6 +41,9 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 	if !owned {
 		return nil // another replica writes them
 	}
+	// An unregistered member's objects are all withdrawn: nothing of it
+	// is kept.
+	out.drop = !st.Registered()
 	step := c.unreachableStep(st)
 	if st.Registered() && st.Phase != lifecycle.Synced && step != lifecycle.Withdraw {
 		out.waitFor(waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
@@ -84,7 +87,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 			}
 			n := countEndpoints(&clean)
 			out.export = &ledgerEntry{created: e.Created.Time, endpoints: n, admitted: true}
-			if why := c.ledger.judge(key, e.Created.Time, n); why != "" {
+			if why := c.state.judge(key, e.Created.Time, n); why != "" {
 				// Past the member's bounds: not imported, as if not
 				// exported; its ServiceExport and an Event say why.
 				out.export.admitted, out.exportRefused = false, why

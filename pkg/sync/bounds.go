@@ -3,6 +3,7 @@ package sync
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -27,15 +28,25 @@ type bounds struct {
 
 // ledger is a member's exports as its keys' last syncs found them: when
 // each counts from, how many endpoints it brings, and whether the sync
-// admitted it. It feeds the per-cluster gauges and the bounds. It knows
-// only the exports synced so far: until every key of a member has been
-// synced once, a newer export may be admitted and then refused for an
-// older one.
+// admitted it; it feeds the per-cluster gauges. The bounds judge an export
+// against all of the member's exports: those synced here, and the others
+// as a census of the member's caches found them (census). The census is
+// taken by the first sync that needs it once this replica writes the
+// member (each part of it goes when its key syncs), so a replica that
+// takes a member over never admits an export that the member's older ones
+// leave no room for.
 type ledger struct {
 	exports map[Key]ledgerEntry
 	// endpoints sums the endpoints of every export; admittedEndpoints
 	// those of the admitted ones; refusedExports counts the refused ones.
 	endpoints, admittedEndpoints, refusedExports int
+	// census holds the member's exports not synced here since the census
+	// was taken, and censusEndpoints their endpoints; complete is set
+	// once it was taken, until a sync withdraws a key without reading
+	// the member's caches.
+	census          map[Key]ledgerEntry
+	censusEndpoints int
+	complete        bool
 }
 
 // ledgerEntry is one export as its last sync found it.
@@ -45,33 +56,111 @@ type ledgerEntry struct {
 	admitted  bool
 }
 
+// bounded reports whether any bound is set.
+func (l bounds) bounded() bool { return l.maxServices > 0 || l.maxEndpoints > 0 }
+
+// needsCensus reports whether a sync of the member's keys must take a
+// census of its exports to judge one (see ledger).
+func (s *memberStates) needsCensus(cluster string) bool {
+	if !s.bounded() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[cluster]
+	return m == nil || !m.complete
+}
+
+// all returns every export of the member: census (the ledger's own once
+// complete) overlaid with those synced here.
+func (l *ledger) all(census map[Key]ledgerEntry) map[Key]ledgerEntry {
+	if l.complete {
+		census = l.census
+	}
+	out := make(map[Key]ledgerEntry, len(census)+len(l.exports))
+	maps.Copy(out, census)
+	maps.Copy(out, l.exports)
+	return out
+}
+
 // judge decides whether the export of a member key, counting from created
 // with n endpoints, is within its member's bounds, given the member's
-// other exports: "" admits it, anything else says why it is refused.
-func (s *memberStates) judge(key Key, created time.Time, n int) string {
+// other exports (census: the member's exports, when the sync took a
+// census): "" admits it, anything else says why it is refused.
+func (s *memberStates) judge(key Key, created time.Time, n int, census map[Key]ledgerEntry) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.members[key.Cluster]
-	services, endpoints := 1, n
-	if m != nil {
+	if m == nil {
+		m = &memberState{ledger: ledger{exports: map[Key]ledgerEntry{}}}
+	}
+	var entries map[Key]ledgerEntry
+	if m.complete {
+		// Counted without building the set: exports and census are
+		// disjoint.
 		old, had := m.exports[key]
-		services, endpoints = len(m.exports), m.endpoints-old.endpoints+n
+		if !had {
+			old, had = m.census[key]
+		}
+		services, endpoints := len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints-old.endpoints+n
 		if !had {
 			services++
 		}
-	}
-	if s.within(services, endpoints) {
-		return ""
-	}
-	entries := map[Key]ledgerEntry{}
-	if m != nil {
-		entries = m.exports
+		if s.within(services, endpoints) {
+			return ""
+		}
+		entries = m.all(nil)
+	} else {
+		entries = m.all(census)
+		entries[key] = ledgerEntry{created: created, endpoints: n}
+		services, endpoints := len(entries), 0
+		for _, e := range entries {
+			endpoints += e.endpoints
+		}
+		if s.within(services, endpoints) {
+			return ""
+		}
 	}
 	admitted, why := s.rank(entries, key, ledgerEntry{created: created, endpoints: n})
 	if admitted[key] {
 		return ""
 	}
 	return why
+}
+
+// seedCensus keeps a census of a member's exports that a sync took, unless
+// one is kept already, and returns the keys it holds: their syncs correct
+// it where it is already out of date.
+func (s *memberStates) seedCensus(cluster string, census map[Key]ledgerEntry) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(cluster)
+	m := s.member(cluster, true)
+	if m.complete {
+		return nil
+	}
+	var seeded []Key
+	for k, e := range census {
+		if _, synced := m.exports[k]; !synced {
+			m.census[k] = e
+			m.censusEndpoints += e.endpoints
+			seeded = append(seeded, k)
+		}
+	}
+	m.complete = true
+	return seeded
+}
+
+// forgetCensus drops a member's census: a sync withdrew one of its keys
+// without reading its caches, so the ledger no longer holds all of its
+// exports.
+func (s *memberStates) forgetCensus(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.members[cluster]; m != nil {
+		m.census, m.censusEndpoints, m.complete = map[Key]ledgerEntry{}, 0, false
+		s.tidy(cluster)
+	}
 }
 
 // recordExport sets what the last sync of a member key found (nil: no
@@ -86,6 +175,10 @@ func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRe
 	if m == nil {
 		return nil, false
 	}
+	if c, ok := m.census[key]; ok {
+		m.censusEndpoints -= c.endpoints
+		delete(m.census, key)
+	}
 	old, had := m.exports[key]
 	if had {
 		m.remove(old)
@@ -96,10 +189,10 @@ func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRe
 		m.add(*e)
 	}
 	wasRefused = had && !old.admitted
-	if m.refusedExports == 0 && s.within(len(m.exports), m.endpoints) {
+	if m.refusedExports == 0 && s.within(len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints) {
 		return nil, wasRefused
 	}
-	admitted, _ := s.rank(m.exports, Key{}, ledgerEntry{})
+	admitted, _ := s.rank(m.all(nil), Key{}, ledgerEntry{})
 	for k, entry := range m.exports {
 		if k != key && entry.admitted != admitted[k] {
 			again = append(again, k)

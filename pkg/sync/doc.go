@@ -49,7 +49,10 @@
 // unregistered; a clusterset key: not merging) drops the member's whole
 // part in settle, so a replica reports only the members it writes.
 // OwnershipChanged and ClusterRemoved queue the keys something is kept of,
-// so that such a sync comes.
+// so that such a sync comes. The per-member bounds judge an export against
+// all of its member's exports: until each key has synced here, a census
+// of the member's caches, taken by a sync of one of its keys, stands in
+// for the others (ledger, in bounds.go).
 //
 // # The shape of one sync
 //

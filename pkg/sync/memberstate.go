@@ -49,7 +49,7 @@ func (s *memberStates) member(cluster string, create bool) *memberState {
 	m := s.members[cluster]
 	if m == nil && create {
 		m = &memberState{
-			ledger:    ledger{exports: map[Key]ledgerEntry{}},
+			ledger:    ledger{exports: map[Key]ledgerEntry{}, census: map[Key]ledgerEntry{}},
 			refused:   map[Key][addresses.NumReasons]int{},
 			invalid:   map[Key]string{},
 			conflicts: map[Key][]endpoints.Conflict{},
@@ -62,7 +62,7 @@ func (s *memberStates) member(cluster string, create bool) *memberState {
 // tidy forgets the part of cluster once it holds nothing. The caller
 // holds mu.
 func (s *memberStates) tidy(cluster string) {
-	if m := s.members[cluster]; m != nil && len(m.exports) == 0 && len(m.refused) == 0 && len(m.invalid) == 0 && len(m.conflicts) == 0 {
+	if m := s.members[cluster]; m != nil && len(m.exports) == 0 && len(m.census) == 0 && len(m.refused) == 0 && len(m.invalid) == 0 && len(m.conflicts) == 0 {
 		delete(s.members, cluster)
 	}
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,38 @@ func (f *fixture) withdrawHubObjects(key Key) {
 		}
 	}
 	f.settle()
+}
+
+// A replica that takes a member over judges its exports against all of
+// them, not against those it has synced so far: synced newest first, the
+// export refused past the bound is never imported, nor said admitted.
+func TestANewHolderNeverAdmitsARefusedExport(t *testing.T) {
+	f, m, _ := boundedMember(t, nil)
+	rec := f.ctrl.recorder.(*record.FakeRecorder)
+	m.elsewhere = true
+	f.ctrl.OwnershipChanged("m1")
+	f.drain()
+	drainEvents(rec)
+
+	m.elsewhere = false
+	f.resetActions()
+	for _, name := range []string{"api", "web", "cart"} {
+		f.sync(Key{Cluster: "m1", Namespace: "shop", Name: name})
+		if got := importedServices(f)["m1"]; slices.Contains(got, "api") {
+			t.Fatalf("after syncing %s, the new holder imports the refused export api: %v", name, got)
+		}
+	}
+	f.ctrl.OwnershipChanged("m1")
+	f.drain()
+	if got := importedServices(f)["m1"]; !slices.Equal(got, []string{"cart", "web"}) {
+		t.Errorf("the new holder imports %v, want [cart web]", got)
+	}
+	for _, e := range drainEvents(rec) {
+		if strings.Contains(e, ReasonExportAdmitted) {
+			t.Errorf("the new holder recorded %q", e)
+		}
+	}
+	if w := f.writes(); len(w) != 0 {
+		t.Errorf("the new holder wrote %q to a hub already in line", w)
+	}
 }

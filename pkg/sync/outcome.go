@@ -34,6 +34,11 @@ type outcome struct {
 	// imported although exported (past the bounds, or default/kubernetes).
 	export        *ledgerEntry
 	exportRefused string
+	// census is the member's exports as the sync read them from its
+	// caches, to judge its export (nil: not taken); unread is set when it
+	// withdrew its key without reading them (see ledger).
+	census map[Key]ledgerEntry
+	unread bool
 	// invalidExport lists what the sync removed from the member's Service
 	// and export before building hub objects from them.
 	invalidExport []string
@@ -156,6 +161,16 @@ func (c *Controller) settleState(key Key, out *outcome) {
 		if before, changed := c.state.recordExportConflicts(key, out.conflicts.list); changed {
 			c.reportExportConflicts(key, out.conflicts, before)
 		}
+	}
+	if out.census != nil {
+		for _, k := range c.state.seedCensus(key.Cluster, out.census) {
+			if k != key {
+				c.enqueue(k, c.foundBy(key, k))
+			}
+		}
+	}
+	if out.unread {
+		c.state.forgetCensus(key.Cluster)
 	}
 	if out.endpoints == nil || key.IsClusterSet() {
 		return

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // perMemberGauges are the series a replica publishes of each member.
@@ -22,14 +23,15 @@ var perMemberGauges = []string{
 	"endpoint_aggregator_refused_member_services",
 }
 
-// boundedMember gives the fixture, bounded to two services per member, a
+// boundedMember gives a fixture with opts, bounded to two services per member, a
 // member m1 exporting shop/cart (oldest; one endpoint refused, one port
 // invalid), shop/web and shop/api (newest, refused past the bound), all
 // synced into the hub.
-func boundedMember(t *testing.T, sh Sharding) (*fixture, *fakeMember, *prometheus.Registry) {
+func boundedMember(t *testing.T, opts Options) (*fixture, *fakeMember, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	f := newFixture(t, Options{Recorder: record.NewFakeRecorder(100), Metrics: NewMetrics(reg), MaxMemberServices: 2, Sharding: sh}, nil, nil)
+	opts.Recorder, opts.Metrics, opts.MaxMemberServices = record.NewFakeRecorder(100), NewMetrics(reg), 2
+	f := newFixture(t, opts, nil, nil)
 	reg.MustRegister(f.ctrl)
 	m := f.member("m1")
 	for i, name := range []string{"cart", "web", "api"} {
@@ -78,7 +80,7 @@ func noMemberSeries(t *testing.T, reg *prometheus.Registry, cluster, when string
 // A replica that stops owning a member reports nothing of it, and keeps
 // nothing of it: owned again, it judges the member's exports as they are.
 func TestLosingAMemberDropsItsState(t *testing.T) {
-	f, m, reg := boundedMember(t, nil)
+	f, m, reg := boundedMember(t, Options{})
 
 	m.elsewhere = true
 	f.ctrl.OwnershipChanged("m1")
@@ -110,7 +112,7 @@ func TestLosingAMemberDropsItsState(t *testing.T) {
 func TestARemovedMemberLeavesNoState(t *testing.T) {
 	for _, merging := range []bool{true, false} {
 		t.Run(fmt.Sprint("merging=", merging), func(t *testing.T) {
-			f, _, reg := boundedMember(t, &mergingSwitch{on: merging})
+			f, _, reg := boundedMember(t, Options{Sharding: &mergingSwitch{on: merging}})
 			delete(f.members.members, "m1")
 			f.ctrl.ClusterRemoved("m1")
 			f.drain()
@@ -145,7 +147,7 @@ func (f *fixture) withdrawHubObjects(key Key) {
 // them, not against those it has synced so far: synced newest first, the
 // export refused past the bound is never imported, nor said admitted.
 func TestANewHolderNeverAdmitsARefusedExport(t *testing.T) {
-	f, m, _ := boundedMember(t, nil)
+	f, m, _ := boundedMember(t, Options{})
 	rec := f.ctrl.recorder.(*record.FakeRecorder)
 	m.elsewhere = true
 	f.ctrl.OwnershipChanged("m1")
@@ -172,5 +174,31 @@ func TestANewHolderNeverAdmitsARefusedExport(t *testing.T) {
 	}
 	if w := f.writes(); len(w) != 0 {
 		t.Errorf("the new holder wrote %q to a hub already in line", w)
+	}
+}
+
+// So does a replica whose member comes back after the unreachable policy
+// withdrew it.
+func TestARecoveredMemberNeverAdmitsARefusedExport(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	f, m, _ := boundedMember(t, Options{UnreachableWithdraw: time.Minute, Clock: asyncClock{clk}})
+	m.downSince = clk.Now().Add(-2 * time.Minute)
+	f.ctrl.ClusterHealthChanged("m1", false)
+	f.drain()
+	if got := importedServices(f)["m1"]; len(got) != 0 {
+		t.Fatalf("withdrawn, m1 imported %v", got)
+	}
+
+	m.downSince = time.Time{}
+	f.ctrl.ClusterHealthChanged("m1", true)
+	for _, name := range []string{"api", "web", "cart"} {
+		f.sync(Key{Cluster: "m1", Namespace: "shop", Name: name})
+		if got := importedServices(f)["m1"]; slices.Contains(got, "api") {
+			t.Fatalf("after syncing %s, the recovered member imports the refused export api: %v", name, got)
+		}
+	}
+	f.drain()
+	if got := importedServices(f)["m1"]; !slices.Equal(got, []string{"cart", "web"}) {
+		t.Errorf("recovered, m1 imported %v, want [cart web]", got)
 	}
 }

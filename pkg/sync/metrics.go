@@ -148,8 +148,8 @@ var (
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
-// are computed at scrape time from what the syncs recorded, so a removed
-// cluster's series go once its keys are withdrawn.
+// are computed at scrape time from what the syncs kept (memberStates), so
+// a member's series go when this replica stops writing it.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clusterEndpointsDesc
 	ch <- clusterServicesDesc

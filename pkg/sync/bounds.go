@@ -3,9 +3,9 @@ package sync
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
-	stdsync "sync"
 	"time"
 )
 
@@ -17,28 +17,36 @@ const (
 	DefaultMaxMemberEndpoints = 100000
 )
 
-// exportLedger holds, for each member, the exports its keys' last syncs
-// found: when each counts from, how many endpoints it brings, and whether
-// the sync admitted it. It feeds the per-cluster gauges and keeps each
-// member within its bounds, so that one member cannot slow the others: a
-// member's exports rank oldest first (export time, then namespace/name)
-// and are admitted while their number stays within maxServices and their
-// endpoints within maxEndpoints; the export that crosses a bound, and
-// every newer one, is refused. The ledger knows only the exports synced
-// so far: until every key of a member has been synced once, a newer
-// export may be admitted and then refused for an older one.
-type exportLedger struct {
+// bounds keep each member within what it may export, so that one member
+// cannot slow the others: a member's exports rank oldest first (export
+// time, then namespace/name) and are admitted while their number stays
+// within maxServices and their endpoints within maxEndpoints; the export
+// that crosses a bound, and every newer one, is refused.
+type bounds struct {
 	maxServices, maxEndpoints int // 0: no bound
-	mu                        stdsync.Mutex
-	members                   map[string]*memberExports
 }
 
-// memberExports is one member's part of the ledger.
-type memberExports struct {
+// ledger is a member's exports as its keys' last syncs found them: when
+// each counts from, how many endpoints it brings, and whether the sync
+// admitted it; it feeds the per-cluster gauges. The bounds judge an export
+// against all of the member's exports: those synced here, and the others
+// as a census of the member's caches found them (census). The census is
+// taken by the first sync that needs it once this replica writes the
+// member (each part of it goes when its key syncs), so a replica that
+// takes a member over never admits an export that the member's older ones
+// leave no room for.
+type ledger struct {
 	exports map[Key]ledgerEntry
-	// endpoints sums the endpoints of every export; admitted and refused
-	// count the exports by what their last sync did.
-	endpoints, admittedEndpoints, refused int
+	// endpoints sums the endpoints of every export; admittedEndpoints
+	// those of the admitted ones; refusedExports counts the refused ones.
+	endpoints, admittedEndpoints, refusedExports int
+	// census holds the member's exports not synced here since the census
+	// was taken, and censusEndpoints their endpoints; complete is set
+	// once it was taken, until a sync withdraws a key without reading
+	// the member's caches.
+	census          map[Key]ledgerEntry
+	censusEndpoints int
+	complete        bool
 }
 
 // ledgerEntry is one export as its last sync found it.
@@ -48,53 +56,128 @@ type ledgerEntry struct {
 	admitted  bool
 }
 
-func newExportLedger(maxServices, maxEndpoints int) *exportLedger {
-	return &exportLedger{maxServices: maxServices, maxEndpoints: maxEndpoints, members: map[string]*memberExports{}}
+// bounded reports whether any bound is set.
+func (l bounds) bounded() bool { return l.maxServices > 0 || l.maxEndpoints > 0 }
+
+// needsCensus reports whether a sync of the member's keys must take a
+// census of its exports to judge one (see ledger).
+func (s *memberStates) needsCensus(cluster string) bool {
+	if !s.bounded() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[cluster]
+	return m == nil || !m.complete
+}
+
+// all returns every export of the member: census (the ledger's own once
+// complete) overlaid with those synced here.
+func (l *ledger) all(census map[Key]ledgerEntry) map[Key]ledgerEntry {
+	if l.complete {
+		census = l.census
+	}
+	out := make(map[Key]ledgerEntry, len(census)+len(l.exports))
+	maps.Copy(out, census)
+	maps.Copy(out, l.exports)
+	return out
 }
 
 // judge decides whether the export of a member key, counting from created
 // with n endpoints, is within its member's bounds, given the member's
-// other exports: "" admits it, anything else says why it is refused.
-func (l *exportLedger) judge(key Key, created time.Time, n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.members[key.Cluster]
-	services, endpoints := 1, n
-	if m != nil {
+// other exports (census: the member's exports, when the sync took a
+// census): "" admits it, anything else says why it is refused.
+func (s *memberStates) judge(key Key, created time.Time, n int, census map[Key]ledgerEntry) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[key.Cluster]
+	if m == nil {
+		m = &memberState{ledger: ledger{exports: map[Key]ledgerEntry{}}}
+	}
+	var entries map[Key]ledgerEntry
+	if m.complete {
+		// Counted without building the set: exports and census are
+		// disjoint.
 		old, had := m.exports[key]
-		services, endpoints = len(m.exports), m.endpoints-old.endpoints+n
+		if !had {
+			old, had = m.census[key]
+		}
+		services, endpoints := len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints-old.endpoints+n
 		if !had {
 			services++
 		}
+		if s.within(services, endpoints) {
+			return ""
+		}
+		entries = m.all(nil)
+	} else {
+		entries = m.all(census)
+		entries[key] = ledgerEntry{created: created, endpoints: n}
+		services, endpoints := len(entries), 0
+		for _, e := range entries {
+			endpoints += e.endpoints
+		}
+		if s.within(services, endpoints) {
+			return ""
+		}
 	}
-	if l.within(services, endpoints) {
-		return ""
-	}
-	entries := map[Key]ledgerEntry{}
-	if m != nil {
-		entries = m.exports
-	}
-	admitted, why := l.rank(entries, key, ledgerEntry{created: created, endpoints: n})
+	admitted, why := s.rank(entries, key, ledgerEntry{created: created, endpoints: n})
 	if admitted[key] {
 		return ""
 	}
 	return why
 }
 
-// record sets what the last sync of a member key found (nil: no export)
-// and returns the member's other keys whose last sync the ranking now
-// decides otherwise, to sync again, and whether the key's export was
-// refused before.
-func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.members[key.Cluster]
-	if m == nil {
-		if e == nil {
-			return nil, false
+// seedCensus keeps a census of a member's exports that a sync took, unless
+// one is kept already, and returns the keys it holds: their syncs correct
+// it where it is already out of date.
+func (s *memberStates) seedCensus(cluster string, census map[Key]ledgerEntry) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(cluster)
+	m := s.member(cluster, true)
+	if m.complete {
+		return nil
+	}
+	var seeded []Key
+	for k, e := range census {
+		if _, synced := m.exports[k]; !synced {
+			m.census[k] = e
+			m.censusEndpoints += e.endpoints
+			seeded = append(seeded, k)
 		}
-		m = &memberExports{exports: map[Key]ledgerEntry{}}
-		l.members[key.Cluster] = m
+	}
+	m.complete = true
+	return seeded
+}
+
+// forgetCensus drops a member's census: a sync withdrew one of its keys
+// without reading its caches, so the ledger no longer holds all of its
+// exports.
+func (s *memberStates) forgetCensus(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.members[cluster]; m != nil {
+		m.census, m.censusEndpoints, m.complete = map[Key]ledgerEntry{}, 0, false
+		s.tidy(cluster)
+	}
+}
+
+// recordExport sets what the last sync of a member key found (nil: no
+// export) and returns the member's other keys whose last sync the ranking
+// now decides otherwise, to sync again, and whether the key's export was
+// refused before.
+func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRefused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	m := s.member(key.Cluster, e != nil)
+	if m == nil {
+		return nil, false
+	}
+	if c, ok := m.census[key]; ok {
+		m.censusEndpoints -= c.endpoints
+		delete(m.census, key)
 	}
 	old, had := m.exports[key]
 	if had {
@@ -106,14 +189,10 @@ func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused 
 		m.add(*e)
 	}
 	wasRefused = had && !old.admitted
-	if len(m.exports) == 0 {
-		delete(l.members, key.Cluster)
+	if m.refusedExports == 0 && s.within(len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints) {
 		return nil, wasRefused
 	}
-	if m.refused == 0 && l.within(len(m.exports), m.endpoints) {
-		return nil, wasRefused
-	}
-	admitted, _ := l.rank(m.exports, Key{}, ledgerEntry{})
+	admitted, _ := s.rank(m.all(nil), Key{}, ledgerEntry{})
 	for k, entry := range m.exports {
 		if k != key && entry.admitted != admitted[k] {
 			again = append(again, k)
@@ -122,32 +201,32 @@ func (l *exportLedger) record(key Key, e *ledgerEntry) (again []Key, wasRefused 
 	return again, wasRefused
 }
 
-func (m *memberExports) add(e ledgerEntry) {
-	m.endpoints += e.endpoints
+func (l *ledger) add(e ledgerEntry) {
+	l.endpoints += e.endpoints
 	if e.admitted {
-		m.admittedEndpoints += e.endpoints
+		l.admittedEndpoints += e.endpoints
 	} else {
-		m.refused++
+		l.refusedExports++
 	}
 }
 
-func (m *memberExports) remove(e ledgerEntry) {
-	m.endpoints -= e.endpoints
+func (l *ledger) remove(e ledgerEntry) {
+	l.endpoints -= e.endpoints
 	if e.admitted {
-		m.admittedEndpoints -= e.endpoints
+		l.admittedEndpoints -= e.endpoints
 	} else {
-		m.refused--
+		l.refusedExports--
 	}
 }
 
-func (l *exportLedger) within(services, endpoints int) bool {
+func (l bounds) within(services, endpoints int) bool {
 	return (l.maxServices <= 0 || services <= l.maxServices) && (l.maxEndpoints <= 0 || endpoints <= l.maxEndpoints)
 }
 
 // rank admits the oldest exports of entries, with extra standing in for
 // the entry of key when key is set, and says why the first refused one
 // is refused.
-func (l *exportLedger) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEntry) (map[Key]bool, string) {
+func (l bounds) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEntry) (map[Key]bool, string) {
 	type ranked struct {
 		key Key
 		ledgerEntry
@@ -181,16 +260,4 @@ func (l *exportLedger) rank(entries map[Key]ledgerEntry, key Key, extra ledgerEn
 		admitted[r.key] = true
 	}
 	return admitted, why
-}
-
-// clusterTotals returns, per member, the exports admitted, their
-// endpoints and the exports refused.
-func (l *exportLedger) clusterTotals() map[string][3]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string][3]int, len(l.members))
-	for cluster, m := range l.members {
-		out[cluster] = [3]int{len(m.exports) - m.refused, m.admittedEndpoints, m.refused}
-	}
-	return out
 }

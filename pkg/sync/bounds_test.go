@@ -18,7 +18,7 @@ import (
 func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(int64(1000+s), 0) }
 	k := func(name string) Key { return Key{Cluster: "c1", Namespace: "shop", Name: name} }
-	l := newExportLedger(2, 10)
+	l := newMemberStates(2, 10)
 
 	// The newest first: admitted while the member is within its bounds.
 	for _, tc := range []struct {
@@ -27,50 +27,91 @@ func TestExportLedgerKeepsTheOldestExports(t *testing.T) {
 		n       int
 		admit   bool
 	}{{"c", 3, 1, true}, {"b", 2, 1, true}} {
-		if why := l.judge(k(tc.name), at(tc.created), tc.n); (why == "") != tc.admit {
+		if why := l.judge(k(tc.name), at(tc.created), tc.n, nil); (why == "") != tc.admit {
 			t.Fatalf("judge(%s) = %q", tc.name, why)
 		}
-		if again, _ := l.record(k(tc.name), &ledgerEntry{created: at(tc.created), endpoints: tc.n, admitted: true}); len(again) != 0 {
+		if again, _ := l.recordExport(k(tc.name), &ledgerEntry{created: at(tc.created), endpoints: tc.n, admitted: true}); len(again) != 0 {
 			t.Fatalf("record(%s) asks to sync %v again", tc.name, again)
 		}
 	}
 	// An older export past the bound is admitted, and the newest must go.
-	if why := l.judge(k("a"), at(1), 1); why != "" {
+	if why := l.judge(k("a"), at(1), 1, nil); why != "" {
 		t.Fatalf("the oldest export refused: %s", why)
 	}
-	again, _ := l.record(k("a"), &ledgerEntry{created: at(1), endpoints: 1, admitted: true})
+	again, _ := l.recordExport(k("a"), &ledgerEntry{created: at(1), endpoints: 1, admitted: true})
 	if !slices.Equal(again, []Key{k("c")}) {
 		t.Fatalf("record(a) asks to sync %v again, want [c]", again)
 	}
-	why := l.judge(k("c"), at(3), 1)
+	why := l.judge(k("c"), at(3), 1, nil)
 	if !strings.Contains(why, "--max-member-services=2") || !strings.Contains(why, "its 2 oldest exports are imported") {
 		t.Fatalf("judge(c) = %q, want it refused past --max-member-services=2", why)
 	}
-	if again, wasRefused := l.record(k("c"), &ledgerEntry{created: at(3), endpoints: 1}); len(again) != 0 || wasRefused {
+	if again, wasRefused := l.recordExport(k("c"), &ledgerEntry{created: at(3), endpoints: 1}); len(again) != 0 || wasRefused {
 		t.Fatalf("record(c refused) = %v, %v", again, wasRefused)
 	}
-	if got := l.clusterTotals()["c1"]; got != [3]int{2, 2, 1} {
+	if got := l.totals()["c1"]; got != (memberTotals{services: 2, endpoints: 2, refusedServices: 1}) {
 		t.Errorf("totals %v, want 2 admitted with 2 endpoints, 1 refused", got)
 	}
 	// An export that grows past the endpoint bound goes, and so do the
 	// newer ones; the older stays.
-	if why := l.judge(k("b"), at(2), 10); !strings.Contains(why, "--max-member-endpoints=10") {
+	if why := l.judge(k("b"), at(2), 10, nil); !strings.Contains(why, "--max-member-endpoints=10") {
 		t.Fatalf("judge(b with 10 endpoints) = %q, want it refused past --max-member-endpoints=10", why)
 	}
 	// The oldest unexported: c fits again.
-	again, _ = l.record(k("a"), nil)
+	again, _ = l.recordExport(k("a"), nil)
 	if !slices.Equal(again, []Key{k("c")}) {
 		t.Fatalf("after a left, record asks to sync %v again, want [c]", again)
 	}
-	if why := l.judge(k("c"), at(3), 1); why != "" {
+	if why := l.judge(k("c"), at(3), 1, nil); why != "" {
 		t.Fatalf("c still refused with room: %s", why)
 	}
-	if _, wasRefused := l.record(k("c"), &ledgerEntry{created: at(3), endpoints: 1, admitted: true}); !wasRefused {
+	if _, wasRefused := l.recordExport(k("c"), &ledgerEntry{created: at(3), endpoints: 1, admitted: true}); !wasRefused {
 		t.Error("c's admission after a refusal is not reported")
 	}
 	// Another member is not affected by this one.
-	if why := l.judge(Key{Cluster: "c2", Namespace: "shop", Name: "x"}, at(0), 5); why != "" {
+	if why := l.judge(Key{Cluster: "c2", Namespace: "shop", Name: "x"}, at(0), 5, nil); why != "" {
 		t.Errorf("another member refused: %s", why)
+	}
+}
+
+// An export is judged against the member's census until its keys have
+// synced: the newest is refused though it syncs first; each key's sync
+// replaces its part of the census; a withdrawal unread drops the census.
+func TestExportLedgerJudgesAgainstTheCensus(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(1000+s), 0) }
+	k := func(name string) Key { return Key{Cluster: "c1", Namespace: "shop", Name: name} }
+	census := map[Key]ledgerEntry{k("a"): {created: at(1), endpoints: 1}, k("b"): {created: at(2), endpoints: 1}, k("c"): {created: at(3), endpoints: 1}}
+	l := newMemberStates(2, 0)
+	if !l.needsCensus("c1") {
+		t.Fatal("a member never synced needs no census")
+	}
+	if why := l.judge(k("c"), at(3), 1, census); !strings.Contains(why, "--max-member-services=2") {
+		t.Fatalf("judge(c, newest of three) = %q, want it refused", why)
+	}
+	seeded := l.seedCensus("c1", census)
+	slices.SortFunc(seeded, func(x, y Key) int { return strings.Compare(x.Name, y.Name) })
+	if !slices.Equal(seeded, []Key{k("a"), k("b"), k("c")}) || l.needsCensus("c1") {
+		t.Fatalf("seedCensus = %v, needsCensus %v", seeded, l.needsCensus("c1"))
+	}
+	if again, _ := l.recordExport(k("c"), &ledgerEntry{created: at(3), endpoints: 1}); len(again) != 0 {
+		t.Fatalf("record(c refused) asks to sync %v again", again)
+	}
+	if got := l.totals()["c1"]; got != (memberTotals{refusedServices: 1}) {
+		t.Errorf("totals %v, want the census out of the gauges: 1 refused", got)
+	}
+	// a goes: c fits.
+	if why := l.judge(k("c"), at(3), 1, nil); why == "" {
+		t.Fatal("c admitted while a and b are exported")
+	}
+	if again, _ := l.recordExport(k("a"), nil); !slices.Equal(again, []Key{k("c")}) {
+		t.Fatalf("after a left, record asks to sync %v again, want [c]", again)
+	}
+	if why := l.judge(k("c"), at(3), 1, nil); why != "" {
+		t.Fatalf("c refused with room: %s", why)
+	}
+	l.forgetCensus("c1")
+	if !l.needsCensus("c1") {
+		t.Error("a member withdrawn unread needs no census")
 	}
 }
 

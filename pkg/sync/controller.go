@@ -94,7 +94,7 @@ type Options struct {
 	Addresses         addresses.Policy
 	WatchServiceCIDRs bool
 	// MaxMemberServices and MaxMemberEndpoints bound what one member may
-	// export (see exportLedger); zero: no bound.
+	// export (see bounds); zero: no bound.
 	MaxMemberServices, MaxMemberEndpoints int
 	// Sharding, when replicas share the members, says which keys this
 	// one writes; nil: all of them.
@@ -187,20 +187,10 @@ type Controller struct {
 	// not synced since.
 	coalescing map[Key]struct{}
 
-	// ledger holds each member's exports, for the per-cluster gauges and
-	// the per-member bounds.
-	ledger    *exportLedger
+	// state is what the syncs keep of their keys, by member: export
+	// ledgers, refusals, invalid exports, export conflicts.
+	state     *memberStates
 	startTime time.Time
-	statsMu   stdsync.Mutex
-	// refusedCounts holds, for each member key whose sync refused
-	// endpoints, how many by reason.
-	refusedCounts map[Key][addresses.NumReasons]int
-	// invalidExports holds, for each member key whose Service or export
-	// had fields the hub would refuse, what was removed.
-	invalidExports map[Key]string
-	// exportConflicts holds, for each clusterset key whose import's
-	// exports conflict, the conflicts last reported.
-	exportConflicts map[Key][]endpoints.Conflict
 
 	// leaseWake asks runMemberLeases to publish members' health now.
 	leaseWake chan struct{}
@@ -264,11 +254,8 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
 
-		ledger:          newExportLedger(opts.MaxMemberServices, opts.MaxMemberEndpoints),
-		refusedCounts:   map[Key][addresses.NumReasons]int{},
-		invalidExports:  map[Key]string{},
-		exportConflicts: map[Key][]endpoints.Conflict{},
-		startTime:       time.Now(),
+		state:     newMemberStates(opts.MaxMemberServices, opts.MaxMemberEndpoints),
+		startTime: time.Now(),
 	}
 
 	// The hub caches hold only our objects: every write is labelled, and

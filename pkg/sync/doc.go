@@ -42,6 +42,18 @@
 // syncs in flight (Busy) before the fence is freed. Without sharding every
 // key is this replica's.
 //
+// What a replica keeps of its keys between syncs (export ledgers,
+// refusals, invalid exports, export conflicts) is one store by member,
+// memberStates, from which the per-member metrics are read. A sync that
+// finds this replica no longer writes its member's keys (not owned here,
+// unregistered; a clusterset key: not merging) drops the member's whole
+// part in settle, so a replica reports only the members it writes.
+// OwnershipChanged and ClusterRemoved queue the keys something is kept of,
+// so that such a sync comes. The per-member bounds judge an export against
+// all of its member's exports: until each key has synced here, a census
+// of the member's caches, taken by a sync of one of its keys, stands in
+// for the others (ledger, in bounds.go).
+//
 // # The shape of one sync
 //
 // Every sync of a key goes read → plan → apply → settle:

@@ -19,21 +19,6 @@ const (
 	ReasonConflictResolved = "ConflictResolved"
 )
 
-// recordExportConflicts remembers the conflicts of a clusterset key's
-// import (none: forgets it) and returns those remembered before, and
-// whether they changed.
-func (c *Controller) recordExportConflicts(key Key, now []endpoints.Conflict) ([]endpoints.Conflict, bool) {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	before := c.exportConflicts[key]
-	if len(now) == 0 {
-		delete(c.exportConflicts, key)
-	} else {
-		c.exportConflicts[key] = slices.Clone(now)
-	}
-	return before, !slices.EqualFunc(before, now, sameConflict)
-}
-
 func sameConflict(a, b endpoints.Conflict) bool {
 	return a.Reason == b.Reason && a.Message == b.Message && slices.Equal(a.Clusters, b.Clusters)
 }
@@ -94,12 +79,8 @@ func (c *Controller) conflictedImports() map[endpoints.ConflictReason]int {
 	for _, r := range endpoints.ConflictReasons {
 		out[r] = 0
 	}
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	for _, list := range c.exportConflicts {
-		for _, cf := range list {
-			out[cf.Reason]++ // one Conflict per reason
-		}
+	for r, n := range c.state.conflictCounts() {
+		out[r] = n
 	}
 	return out
 }

@@ -166,4 +166,7 @@ func TestConflictedImportsComeFromTheMergingReplicaOnly(t *testing.T) {
 	if events := drainEvents(rec); len(events) != 0 {
 		t.Errorf("a replica that does not merge recorded %q", events)
 	}
+	if f.ctrl.state.has("") {
+		t.Errorf("a replica that does not merge keeps %v", f.ctrl.state.keys(""))
+	}
 }

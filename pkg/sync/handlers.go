@@ -171,8 +171,12 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 
 // enqueueClusterObjects queues the keys of every hub object sourced from a
 // cluster, and their clusterset keys, whose merge reads the records on that
-// cluster's slices.
+// cluster's slices; and the cluster's keys something is kept of, whose
+// syncs keep or drop it (memberStates).
 func (c *Controller) enqueueClusterObjects(cluster string) {
+	for _, k := range c.state.keys(cluster) {
+		c.enqueue(k, aSweep)
+	}
 	for _, k := range c.written.ownersIn(cluster) {
 		c.enqueue(k, aSweep)
 		c.enqueue(k.ClusterSet(), aSweep)

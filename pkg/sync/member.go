@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
@@ -17,7 +18,8 @@ import (
 // endpoints.ExportRecord), and its per-cluster Service and Endpoints. With
 // the service gone, unexported, its member unregistered or withdrawn by the
 // unreachable policy, it withdraws them. A registered member without a full
-// view (not connected, or not synced) keeps what the hub holds. A changed
+// view (not connected, or not synced) keeps what the hub holds. An export
+// past its member's bounds is not imported (see ledger). A changed
 // record queues the clusterset key, which merges the records; the member's
 // ServiceExport conditions follow the merged import.
 func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcome) error {
@@ -41,6 +43,9 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 	if !owned {
 		return nil // another replica writes them
 	}
+	// An unregistered member's objects are all withdrawn: nothing of it
+	// is kept.
+	out.drop = !st.Registered()
 	step := c.unreachableStep(st)
 	if st.Registered() && st.Phase != lifecycle.Synced && step != lifecycle.Withdraw {
 		out.waitFor(waitMemberSynced(key.Cluster), func() bool { return c.memberSynced(key.Cluster) })
@@ -84,7 +89,12 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 			}
 			n := countEndpoints(&clean)
 			out.export = &ledgerEntry{created: e.Created.Time, endpoints: n, admitted: true}
-			if why := c.ledger.judge(key, e.Created.Time, n); why != "" {
+			if c.state.needsCensus(key.Cluster) {
+				if out.census, err = c.census(key.Cluster, st, m); err != nil {
+					return err
+				}
+			}
+			if why := c.state.judge(key, e.Created.Time, n, out.census); why != "" {
 				// Past the member's bounds: not imported, as if not
 				// exported; its ServiceExport and an Event say why.
 				out.export.admitted, out.exportRefused = false, why
@@ -92,6 +102,9 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 				src = &clean
 			}
 		}
+	} else {
+		// Withdrawn unread: the ledger no longer knows all its exports.
+		out.unread = st.Registered()
 	}
 
 	view, holder, err := c.read.readMember(ctx, key)
@@ -125,6 +138,34 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		return newConflict(resourceService, holder, key)
 	}
 	return statusErr
+}
+
+// census reads a member's exports from its caches, for its bounds (see
+// ledger): each export's time and endpoints, as its key's sync counts them.
+func (c *Controller) census(cluster string, st lifecycle.State, m Member) (map[Key]ledgerEntry, error) {
+	svcs, err := m.ServiceLister().List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	policy := c.addressPolicy(st)
+	out := make(map[Key]ledgerEntry, len(svcs))
+	for _, svc := range svcs {
+		if !c.opts.Export.NamespaceSelected(svc.Namespace) {
+			continue
+		}
+		svc, _ = endpoints.SanitizeService(svc)
+		e, ok := c.opts.Export.export(cluster, m, svc, st.RegisteredAt)
+		if !ok {
+			continue
+		}
+		slices, err := m.EndpointSlices(svc.Namespace, svc.Name)
+		if err != nil {
+			return nil, err
+		}
+		clean, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: slices}, policy)
+		out[Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}] = ledgerEntry{created: e.Created.Time, endpoints: countEndpoints(&clean)}
+	}
+	return out, nil
 }
 
 // sanitizeExported is endpoints.SanitizeExported, adding what it removed

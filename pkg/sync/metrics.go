@@ -1,14 +1,12 @@
 package sync
 
 import (
-	"strings"
 	stdsync "sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 const (
@@ -150,8 +148,8 @@ var (
 )
 
 // Describe implements prometheus.Collector for the per-cluster gauges. They
-// are computed at scrape time from what the syncs recorded, so a removed
-// cluster's series go once its keys are withdrawn.
+// are computed at scrape time from what the syncs kept (memberStates), so
+// a member's series go when this replica stops writing it.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clusterEndpointsDesc
 	ch <- clusterServicesDesc
@@ -164,29 +162,17 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Controller) Collect(ch chan<- prometheus.Metric) {
-	for cluster, t := range c.ledger.clusterTotals() {
-		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(t[1]), cluster)
-		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(t[0]), cluster)
-		ch <- prometheus.MustNewConstMetric(refusedServicesDesc, prometheus.GaugeValue, float64(t[2]), cluster)
-	}
-	c.statsMu.Lock()
-	refused := map[string]*[addresses.NumReasons]int{}
-	for k, counts := range c.refusedCounts {
-		sum := refused[k.Cluster]
-		if sum == nil {
-			sum = new([addresses.NumReasons]int)
-			refused[k.Cluster] = sum
+	for cluster, t := range c.state.totals() {
+		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(t.endpoints), cluster)
+		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(t.services), cluster)
+		ch <- prometheus.MustNewConstMetric(refusedServicesDesc, prometheus.GaugeValue, float64(t.refusedServices), cluster)
+		// Every reason of a cluster with refusals has a series, zeros
+		// included, so that a drop to zero shows.
+		if t.refused == nil {
+			continue
 		}
-		for r, n := range counts {
-			sum[r] += n
-		}
-	}
-	c.statsMu.Unlock()
-	// Every reason of a cluster with refusals has a series, zeros
-	// included, so that a drop to zero shows.
-	for cluster, sum := range refused {
 		for _, r := range addresses.Refused {
-			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(sum[r]), cluster, r.String())
+			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(t.refused[r]), cluster, r.String())
 		}
 	}
 	for reason, n := range c.conflictedImports() {
@@ -194,35 +180,6 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
-}
-
-// recordInvalidExport remembers what a member key's sync removed from its
-// Service and export (none: nothing) and reports whether that changed.
-func (c *Controller) recordInvalidExport(key Key, problems []string) bool {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	now := strings.Join(problems, "; ")
-	before := c.invalidExports[key]
-	if now == "" {
-		delete(c.invalidExports, key)
-	} else {
-		c.invalidExports[key] = now
-	}
-	return before != now
-}
-
-// recordRefused remembers what a member key's sync refused (nil or none:
-// nothing) and reports whether that changed.
-func (c *Controller) recordRefused(key Key, r *endpoints.Refusals) bool {
-	c.statsMu.Lock()
-	defer c.statsMu.Unlock()
-	before, had := c.refusedCounts[key]
-	if r == nil || r.Total() == 0 {
-		delete(c.refusedCounts, key)
-		return had
-	}
-	c.refusedCounts[key] = r.Counts
-	return !had || before != r.Counts
 }
 
 var (

@@ -34,12 +34,21 @@ type outcome struct {
 	// imported although exported (past the bounds, or default/kubernetes).
 	export        *ledgerEntry
 	exportRefused string
+	// census is the member's exports as the sync read them from its
+	// caches, to judge its export (nil: not taken); unread is set when it
+	// withdrew its key without reading them (see ledger).
+	census map[Key]ledgerEntry
+	unread bool
 	// invalidExport lists what the sync removed from the member's Service
 	// and export before building hub objects from them.
 	invalidExport []string
 	// conflicts are a clusterset key's export conflicts once the hub holds
 	// the import the merge planned (nil: the sync did not get that far).
 	conflicts *importConflicts
+	// drop is set when the sync found that this replica no longer writes
+	// its member's keys (not owned here, or unregistered; a clusterset
+	// key: not merging): what is kept of them goes (memberStates.drop).
+	drop bool
 }
 
 // importConflicts are the conflicts of an import's exports, and the import
@@ -108,32 +117,13 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	for _, e := range out.events {
 		c.recorder.Event(e.obj, e.eventType, e.reason, e.msg)
 	}
-	if out.conflicts != nil {
-		if before, changed := c.recordExportConflicts(key, out.conflicts.list); changed {
-			c.reportExportConflicts(key, out.conflicts, before)
-		}
-	}
-	if out.endpoints != nil && key.Cluster != "" && c.recordRefused(key, out.refused) {
-		c.reportRefused(key, out.refused)
-	}
-	if out.endpoints != nil && key.Cluster != "" && c.recordInvalidExport(key, out.invalidExport) {
-		c.reportInvalidExport(key, out.invalidExport)
-	}
+	c.settleState(key, out)
 	if out.missingNS {
 		c.metrics.SkippedNamespace.Inc()
 		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
 	}
 	for range out.unreadable {
 		c.metrics.UnreadableRecords.Inc()
-	}
-	if out.endpoints != nil && key.Cluster != "" {
-		again, wasRefused := c.ledger.record(key, out.export)
-		for _, k := range again {
-			c.enqueue(k, c.foundBy(key, k))
-		}
-		if out.export != nil && out.export.admitted == wasRefused {
-			c.reportAdmission(key, out.export.admitted, out.exportRefused)
-		}
 	}
 	// Trigger times from before the daemon started (a cold start catching
 	// up) measure downtime, not propagation.
@@ -156,5 +146,46 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	c.applyNotices()
 	for _, w := range out.waits {
 		c.waitFor(key, w.cond, w.holds)
+	}
+}
+
+// settleState keeps what a sync found of its key (see memberStates) and
+// reports what changed; a sync that found this replica no longer writes
+// its member's keys drops all that is kept of them instead.
+func (c *Controller) settleState(key Key, out *outcome) {
+	if out.drop {
+		c.state.drop(key.Cluster)
+		return
+	}
+	if out.conflicts != nil {
+		if before, changed := c.state.recordExportConflicts(key, out.conflicts.list); changed {
+			c.reportExportConflicts(key, out.conflicts, before)
+		}
+	}
+	if out.census != nil {
+		for _, k := range c.state.seedCensus(key.Cluster, out.census) {
+			if k != key {
+				c.enqueue(k, c.foundBy(key, k))
+			}
+		}
+	}
+	if out.unread {
+		c.state.forgetCensus(key.Cluster)
+	}
+	if out.endpoints == nil || key.IsClusterSet() {
+		return
+	}
+	if c.state.recordRefused(key, out.refused) {
+		c.reportRefused(key, out.refused)
+	}
+	if c.state.recordInvalidExport(key, out.invalidExport) {
+		c.reportInvalidExport(key, out.invalidExport)
+	}
+	again, wasRefused := c.state.recordExport(key, out.export)
+	for _, k := range again {
+		c.enqueue(k, c.foundBy(key, k))
+	}
+	if out.export != nil && out.export.admitted == wasRefused {
+		c.reportAdmission(key, out.export.admitted, out.exportRefused)
 	}
 }

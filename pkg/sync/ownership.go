@@ -44,7 +44,8 @@ func (c *Controller) owns(key Key, st lifecycle.State) (bool, time.Time) {
 
 // fenced checks that this replica may write key's objects. When it may, it
 // returns a context that ends when that ends, for the sync's reads and
-// writes; when it may not, the key waits for OwnershipChanged.
+// writes; when it may not, what is kept of the member's keys goes, and
+// the key waits for OwnershipChanged.
 func (c *Controller) fenced(ctx context.Context, key Key, st lifecycle.State, out *outcome) (context.Context, context.CancelFunc, bool) {
 	ok, until := c.owns(key, st)
 	if !ok {
@@ -53,6 +54,7 @@ func (c *Controller) fenced(ctx context.Context, key Key, st lifecycle.State, ou
 			ok, _ := c.owns(key, now)
 			return ok
 		}
+		out.drop = true
 		out.waitFor(waitOwned(key.Cluster), holds)
 		if !key.IsClusterSet() && !st.Registered() {
 			// The merging replica withdraws it: this replica starting to
@@ -69,11 +71,17 @@ func (c *Controller) fenced(ctx context.Context, key Key, st lifecycle.State, ou
 }
 
 // OwnershipChanged is told when this replica may have started or stopped
-// writing a member's objects ("": the merged ones). Owning a member resyncs
-// it, and whatever waited for it goes on.
+// writing a member's objects ("": the merged ones). The member is resynced
+// (the merged keys something is kept of are queued), so that syncs that
+// find it no longer written here drop what is kept of it, and whatever
+// waited for it goes on.
 func (c *Controller) OwnershipChanged(cluster string) {
 	if cluster != "" {
 		c.resyncMember(cluster)
+	} else {
+		for _, k := range c.state.keys("") {
+			c.enqueue(k, aSweep)
+		}
 	}
 	c.wake(waitOwned(cluster), true)
 }

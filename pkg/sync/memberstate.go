@@ -1,0 +1,211 @@
+package sync
+
+import (
+	"iter"
+	"maps"
+	"slices"
+	"strings"
+	stdsync "sync"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// memberStates is everything this replica keeps of its keys between their
+// syncs, by member: each member's export ledger (bounds.go), the endpoints
+// its keys refused, what they removed from invalid exports, and, under the
+// member "", the export conflicts of the clusterset keys. The per-member
+// metrics are read from it. A member's part is dropped in one step (drop)
+// when a sync finds this replica no longer writes the member's keys (not
+// owned here, unregistered; "": no longer merging), so a replica reports
+// only what it writes.
+type memberStates struct {
+	bounds
+	mu      stdsync.Mutex
+	members map[string]*memberState
+}
+
+// memberState is what is kept of one member's keys.
+type memberState struct {
+	ledger
+	// refused holds, for each key whose sync refused endpoints, how many
+	// by reason.
+	refused map[Key][addresses.NumReasons]int
+	// invalid holds, for each key whose Service or export had fields the
+	// hub would refuse, what was removed.
+	invalid map[Key]string
+	// conflicts holds, for each clusterset key whose import's exports
+	// conflict, the conflicts last reported (member "" only).
+	conflicts map[Key][]endpoints.Conflict
+}
+
+func newMemberStates(maxServices, maxEndpoints int) *memberStates {
+	return &memberStates{bounds: bounds{maxServices: maxServices, maxEndpoints: maxEndpoints}, members: map[string]*memberState{}}
+}
+
+// member returns the part of cluster, creating it when create is set (nil
+// otherwise, when there is none). The caller holds mu.
+func (s *memberStates) member(cluster string, create bool) *memberState {
+	m := s.members[cluster]
+	if m == nil && create {
+		m = &memberState{
+			ledger:    ledger{exports: map[Key]ledgerEntry{}, census: map[Key]ledgerEntry{}},
+			refused:   map[Key][addresses.NumReasons]int{},
+			invalid:   map[Key]string{},
+			conflicts: map[Key][]endpoints.Conflict{},
+		}
+		s.members[cluster] = m
+	}
+	return m
+}
+
+// tidy forgets the part of cluster once it holds nothing. The caller
+// holds mu.
+func (s *memberStates) tidy(cluster string) {
+	if m := s.members[cluster]; m != nil && len(m.exports) == 0 && len(m.census) == 0 && len(m.refused) == 0 && len(m.invalid) == 0 && len(m.conflicts) == 0 {
+		delete(s.members, cluster)
+	}
+}
+
+// drop forgets everything kept of a member's keys ("": of the clusterset
+// keys).
+func (s *memberStates) drop(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.members, cluster)
+}
+
+// keys lists the keys of a member ("": the clusterset keys) something is
+// kept of.
+func (s *memberStates) keys(cluster string) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[cluster]
+	if m == nil {
+		return nil
+	}
+	set := map[Key]bool{}
+	for _, it := range []iter.Seq[Key]{maps.Keys(m.exports), maps.Keys(m.refused), maps.Keys(m.invalid), maps.Keys(m.conflicts)} {
+		for k := range it {
+			set[k] = true
+		}
+	}
+	return slices.Collect(maps.Keys(set))
+}
+
+// has reports whether anything is kept of a member's keys.
+func (s *memberStates) has(cluster string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.members[cluster] != nil
+}
+
+// recordRefused remembers what a member key's sync refused (nil or none:
+// nothing) and reports whether that changed.
+func (s *memberStates) recordRefused(key Key, r *endpoints.Refusals) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	none := r == nil || r.Total() == 0
+	m := s.member(key.Cluster, !none)
+	if m == nil {
+		return false
+	}
+	before, had := m.refused[key]
+	if none {
+		delete(m.refused, key)
+		return had
+	}
+	m.refused[key] = r.Counts
+	return !had || before != r.Counts
+}
+
+// recordInvalidExport remembers what a member key's sync removed from its
+// Service and export (none: nothing) and reports whether that changed.
+func (s *memberStates) recordInvalidExport(key Key, problems []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	now := strings.Join(problems, "; ")
+	m := s.member(key.Cluster, now != "")
+	if m == nil {
+		return false
+	}
+	before := m.invalid[key]
+	if now == "" {
+		delete(m.invalid, key)
+	} else {
+		m.invalid[key] = now
+	}
+	return before != now
+}
+
+// recordExportConflicts remembers the conflicts of a clusterset key's
+// import (none: forgets it) and returns those remembered before, and
+// whether they changed.
+func (s *memberStates) recordExportConflicts(key Key, now []endpoints.Conflict) ([]endpoints.Conflict, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	m := s.member(key.Cluster, len(now) > 0)
+	var before []endpoints.Conflict
+	if m != nil {
+		before = m.conflicts[key]
+		if len(now) == 0 {
+			delete(m.conflicts, key)
+		} else {
+			m.conflicts[key] = slices.Clone(now)
+		}
+	}
+	return before, !slices.EqualFunc(before, now, sameConflict)
+}
+
+// memberTotals is what the per-member gauges say of one member.
+type memberTotals struct {
+	// services and endpoints count the exports admitted and their
+	// endpoints; refusedServices the exports refused under the bounds.
+	services, endpoints, refusedServices int
+	// refused sums the endpoints refused by reason; nil when none of its
+	// keys refused any.
+	refused *[addresses.NumReasons]int
+}
+
+// totals returns the per-member gauges of every member with something
+// kept (not "").
+func (s *memberStates) totals() map[string]memberTotals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]memberTotals, len(s.members))
+	for cluster, m := range s.members {
+		if cluster == "" {
+			continue
+		}
+		t := memberTotals{services: len(m.exports) - m.refusedExports, endpoints: m.admittedEndpoints, refusedServices: m.refusedExports}
+		for _, counts := range m.refused {
+			if t.refused == nil {
+				t.refused = new([addresses.NumReasons]int)
+			}
+			for r, n := range counts {
+				t.refused[r] += n
+			}
+		}
+		out[cluster] = t
+	}
+	return out
+}
+
+// conflictCounts counts the clusterset keys whose exports conflict, by
+// reason.
+func (s *memberStates) conflictCounts() map[endpoints.ConflictReason]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[endpoints.ConflictReason]int{}
+	if m := s.members[""]; m != nil {
+		for _, list := range m.conflicts {
+			for _, cf := range list {
+				out[cf.Reason]++ // one Conflict per reason
+			}
+		}
+	}
+	return out
+}

@@ -16,6 +16,15 @@
 // The caches hold what the sync reads: Services and ServiceExports stripped
 // of the rest, EndpointSlices as their projections (endpoints.ProjectSlice).
 //
+// Files: registry.go is the Registry's shell (its queue, Run, lookups);
+// registrations.go reads Secrets and ClusterProfiles into registrations and
+// registers or removes members (a rotation included); claims.go decides
+// which registration owns a name; member.go is one member's state;
+// connections.go runs a member's connection and follows its health;
+// share.go is this replica's share of the members when replicas share
+// them; static.go the members registered without a Secret (Options.Static); events.go the Events
+// and the state the leader reports.
+//
 // The package knows nothing of the hub's outputs. It tells its user about
 // members through callbacks (see Handler) and exposes each member's listers.
 package clusters

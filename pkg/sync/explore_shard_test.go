@@ -51,6 +51,10 @@ const (
 	// when the leader assigned the member to another replica meanwhile,
 	// one that has not said it synced the member (Coordinator.free).
 	exploreShardFreeUnready = "sharding: a fence freed to an assignee not ready (reassigned during the free)"
+	// A drained replica left while the hub named it a fence's holder: its
+	// take was applied and its answer lost (Coordinator.Drain counts what
+	// it knows it holds).
+	exploreShardLeftHolding = "sharding: a replica left still holding a fence at the hub"
 )
 
 var shardClasses = []string{exploreSharded, faultShardHandover, faultShardBusy, faultShardJoin, faultShardLeave, faultShardCrash,
@@ -69,7 +73,8 @@ var simBudget = shard.RenewBudget(simLeaseDuration, simRenewDeadline)
 
 // shardWorld is the sharding side of a sharded seed: the Lease hub, the
 // leader Lease, and what the oracle knows of the Leases without asking the
-// coordinators.
+// coordinators. leases mirrors the hub between steps (every step that
+// changes a Lease ends with leaseSettle).
 type shardWorld struct {
 	hub *leasehub.Hub
 	// audit follows every Lease change, in the order the hub took them.
@@ -389,8 +394,7 @@ func (w *world) renew(r *replica, f func(ctx context.Context)) {
 	s := w.shard
 	w.coordStep(r, f)
 	r.sh.nextRenew = w.now.Add(simRetryPeriod)
-	if l := s.hub.Get(shard.PeerName(r.name)); l != nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Equal(w.now) {
-		s.renewed[r.name] = w.now
+	if l := s.leases[shard.PeerName(r.name)]; l != nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Equal(w.now) {
 		if s.lead == r && !s.releasing && w.now.Before(s.leadRenewed.Add(simBudget)) {
 			// Not once its deadline passed: it stopped leading then,
 			// and must take the leader Lease again.
@@ -460,6 +464,10 @@ func (w *world) leaseChanged(l *coordinationv1.Lease, deleted bool) {
 		return
 	}
 	s.leases[l.Name] = l
+	if id := ptr.Deref(l.Spec.HolderIdentity, ""); l.Labels[shard.LabelRole] == shard.RolePeer && id != "" && renewTime(l).After(s.renewed[id]) {
+		// A renewal the hub took, by whichever call (Renew, BeginDrain).
+		s.renewed[id] = renewTime(l)
+	}
 	w.log("  lease %s: holder %q assigned %q ready %q draining %q renewed %s", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""),
 		l.Annotations[shard.AnnotationAssignedTo], l.Annotations[shard.AnnotationReady], l.Annotations[shard.AnnotationDraining], renewTime(l).Sub(simEpoch))
 	if l.Labels[shard.LabelRole] != shard.RoleFence || prev == nil {
@@ -590,7 +598,7 @@ func (w *world) mayWrite(r *replica, cluster string) error {
 		return w.leads(r)
 	}
 	holder := ""
-	if l := s.hub.Get(shard.FenceName(cluster)); l != nil {
+	if l := s.leases[shard.FenceName(cluster)]; l != nil {
 		holder = ptr.Deref(l.Spec.HolderIdentity, "")
 	}
 	if holder == r.name {
@@ -844,8 +852,10 @@ func (w *world) shardFaults() []step {
 			h.lagsUntil = w.now.Add(simLeaseDuration + time.Duration(w.rng.Int63n(int64(10*time.Second))))
 			s.quiet = maxTime(s.quiet, h.lagsUntil)
 		}})
-		out = append(out, step{"sharding: a Lease call of " + r.name + " will fail", func() { w.planLeaseFault(r) }})
-		if s.hub.Get(shard.PeerName(r.name)) != nil {
+		// Weighed up: a planned fault fires only on the Lease's next call.
+		plan := step{"sharding: a Lease call of " + r.name + " will fail", func() { w.planLeaseFault(r) }}
+		out = append(out, plan, plan)
+		if s.leases[shard.PeerName(r.name)] != nil {
 			out = append(out, step{"sharding: someone deletes " + r.name + "'s peer Lease", func() {
 				w.tally[faultShardPeerDeleted]++
 				s.hub.Delete(shard.PeerName(r.name))
@@ -915,6 +925,16 @@ func (w *world) leave(r *replica) {
 	w.tally[faultShardLeave]++
 	w.drainWorkers(r)
 	w.coordStep(r, r.sh.coord.Leave)
+	for _, l := range w.shard.leases {
+		if l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
+			// A take whose answer was lost: the hub names it holder,
+			// its coordinator does not know. The others find its peer
+			// Lease deleted, then absent for a lease duration more.
+			w.tally[exploreShardLeftHolding]++
+			w.shard.quiet = maxTime(w.shard.quiet, w.now.Add(simLeaseDuration))
+			break
+		}
+	}
 	if w.shard.lead == r {
 		w.releaseLead()
 	}
@@ -928,7 +948,7 @@ func (w *world) leave(r *replica) {
 func (w *world) crash(r *replica) {
 	w.tally[faultShardCrash]++
 	r.crashed = true
-	if w.shard.hub.Get(shard.PeerName(r.name)) == nil {
+	if w.shard.leases[shard.PeerName(r.name)] == nil {
 		// Its peer Lease was deleted and not made again: a replica that
 		// never saw it counts it alive a lease duration from its own
 		// start, then absent for a lease duration more.
@@ -1000,7 +1020,7 @@ func (w *world) checkOwners() {
 // ownedAtHub: the member's fence is held by a running replica whose
 // deadline holds.
 func (w *world) ownedAtHub(c string) bool {
-	l := w.shard.hub.Get(shard.FenceName(c))
+	l := w.shard.leases[shard.FenceName(c)]
 	if l == nil {
 		return false
 	}
@@ -1027,13 +1047,14 @@ func (w *world) shardSettled() error {
 		}
 	}
 	names := w.members.Names()
-	for _, l := range s.hub.List() {
+	for _, name := range sortedKeysOf(s.leases) {
+		l := s.leases[name]
 		if c := l.Labels[shard.LabelFenceCluster]; l.Labels[shard.LabelRole] == shard.RoleFence && !slices.Contains(names, c) {
 			return fmt.Errorf("unregistered %s still has a fence", c)
 		}
 	}
 	for _, c := range names {
-		l := s.hub.Get(shard.FenceName(c))
+		l := s.leases[shard.FenceName(c)]
 		if l == nil {
 			return fmt.Errorf("member %s has no fence", c)
 		}
@@ -1123,6 +1144,15 @@ func (w *world) stopShard() {
 			}
 		}
 	}
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func nameOf(r *replica) string {

@@ -354,11 +354,13 @@ func (w *world) primeFrees(r *replica) {
 			t.f()
 			t.back <- false
 		}()
-		s.task = t
+		s.task, s.caller = t, r
 		t.resume <- struct{}{}
 		t.parked = <-t.back
-		s.task = nil
+		s.task, s.caller = nil, nil
 	}
+	// A free that never looked at Busy is over already.
+	r.sh.frees = slices.DeleteFunc(r.sh.frees, func(t *freeTask) bool { return !t.parked })
 	sort.SliceStable(r.sh.frees, func(i, j int) bool { return r.sh.frees[i].cluster < r.sh.frees[j].cluster })
 }
 

@@ -208,6 +208,20 @@ func (h *Hub) Len() int {
 	return len(h.history)
 }
 
+// Sort puts the changes from the from-th on in the order of their Leases'
+// names, keeping each Lease's own changes in order. A caller whose calls
+// ran in parallel (a coordinator writes its fences so) gets one order of
+// them, the same every run. No cache may have delivered any of them yet.
+func (h *Hub) Sort(from int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if from < len(h.history) {
+		sort.SliceStable(h.history[from:], func(i, j int) bool {
+			return h.history[from+i].Lease.Name < h.history[from+j].Lease.Name
+		})
+	}
+}
+
 // Cache is one replica's view of the hub's Leases: it shows the changes up
 // to the point its watch delivered, and tells the replica of each one.
 type Cache struct {

@@ -137,16 +137,26 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 // Conflict condition, which their syncs copy onto the ServiceExports.
 func (c *Controller) importReaders(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
 	statusChanged := c.writesExportStatus() && exportFacing(before) != exportFacing(after)
-	if !statusChanged && endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after)) {
-		return nil
-	}
 	clusters := map[string]bool{}
-	for _, imp := range []*mcsv1beta1.ServiceImport{before, after} {
-		if imp == nil {
-			continue
+	if !statusChanged && endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after)) {
+		// A member newly listed may have read an import that did not
+		// count it yet (its record reached the merging replica late):
+		// it reads this one.
+		if after != nil {
+			for _, s := range after.Status.Clusters {
+				if before == nil || !slices.ContainsFunc(before.Status.Clusters, func(b mcsv1beta1.ClusterStatus) bool { return b.Cluster == s.Cluster }) {
+					clusters[s.Cluster] = true
+				}
+			}
 		}
-		for _, s := range imp.Status.Clusters {
-			clusters[s.Cluster] = true
+	} else {
+		for _, imp := range []*mcsv1beta1.ServiceImport{before, after} {
+			if imp == nil {
+				continue
+			}
+			for _, s := range imp.Status.Clusters {
+				clusters[s.Cluster] = true
+			}
 		}
 	}
 	out := make([]Key, 0, len(clusters))

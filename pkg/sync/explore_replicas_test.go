@@ -33,19 +33,21 @@ type replica struct {
 	// crashed: it stopped at once; its calls fail (sharded seeds).
 	crashed bool
 	workers []*simWorker
+	// sh is its side of sharding (sharded seeds).
+	sh *shardReplica
 }
 
 // newReplica starts a replica: its controller, queue and member handlers.
 // It joins a run that may be under way: the members it finds synced are
 // synced for it, as its registry would report. In a sharded seed its
-// registry and Sharding follow the sim fences.
+// registry and Sharding follow its own shard coordinator.
 func (w *world) newReplica() (*replica, error) {
 	w.replicas++
 	r := &replica{name: fmt.Sprintf("r%d", w.replicas), hubEvents: map[string][]hubEvent{}, broken: map[string]bool{}}
 	var members Members = w.members
 	opts := w.opts
 	if w.shard != nil {
-		members, opts.Sharding = shardMembers{w: w, r: r}, simSharding{w: w, r: r}
+		members, opts.Sharding = shardMembers{w: w, r: r}, shardView{w: w, r: r}
 	}
 	ctrl, err := New(w.hub, w.hubMCS, members, opts)
 	if err != nil {
@@ -62,6 +64,9 @@ func (w *world) newReplica() (*replica, error) {
 	ctrl.queue = r.queue
 	ctrl.written.now = func() time.Time { return w.now }
 	w.newWorkers(r, 1+w.rng.Intn(3))
+	if w.shard != nil {
+		w.newShardReplica(r)
+	}
 	for _, m := range w.allMembers() {
 		svc, sl, se := ctrl.EventHandlers(m.name)
 		m.handlers = append(m.handlers, replicaHandlers{ctrl: ctrl, hs: [3]cache.ResourceEventHandler{svc, sl, se}})

@@ -1,139 +1,190 @@
 package sync
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
+	stdsync "sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/leasehub"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 )
 
 // Sharding fault classes and paths. In a sharded seed two or three replicas
-// run at once and share the members as package shard shares them: a sim
-// fence per member stands in for the fence Leases, and the merging replica
-// for the leader.
+// run at once, each with its own package shard Coordinator (the real one,
+// driven step by step) over one in-memory Lease hub (internal/leasehub), on
+// the world's virtual clock. The world chooses when each renews, reconciles,
+// sees the Lease changes (its watch lag), frees a fence it hands over, and
+// which faults strike. The leader Lease is the world's: it goes to a replica
+// once the last holder released it or its lease expired.
 const (
-	exploreSharded     = "sharded seeds"
-	faultShardHandover = "sharding: a member handed over gracefully"
-	faultShardBusy     = "sharding: a handover waited for syncs in flight"
-	faultShardJoin     = "sharding: a replica joins and takes members"
-	faultShardLeave    = "sharding: a replica drains and leaves"
-	faultShardCrash    = "sharding: a replica crashes, its members taken at once"
-	faultShardMerger   = "sharding: the merging role moves"
-	faultShardLapse    = "sharding: a fence lapses with a sync in flight"
-	exploreShardTake   = "sharding: a lapsed fence taken over"
-	exploreShardRenew  = "sharding: a lapsed fence confirmed by its holder"
-	// A sync that started owning its member wrote after that changed.
-	exploreShardReleaseWrite = "sharding: a sync wrote while its member was handed over"
-	exploreShardLapseWrite   = "sharding: a sync wrote after its fence lapsed"
+	exploreSharded          = "sharded seeds"
+	faultShardHandover      = "sharding: a fence freed to a synced assignee"
+	faultShardBusy          = "sharding: a handover waited for syncs in flight"
+	faultShardJoin          = "sharding: a replica joins"
+	faultShardLeave         = "sharding: a replica drains and leaves"
+	faultShardCrash         = "sharding: a replica crashes"
+	faultShardRestart       = "sharding: a replica restarts cold"
+	faultShardPause         = "sharding: a replica paused past its deadline, resumed"
+	faultShardLag           = "sharding: a Lease watch lags more than a lease duration"
+	faultShardLeaseFail     = "sharding: a Lease call fails"
+	faultShardLeaseConflict = "sharding: a Lease write conflicts"
+	faultShardLeaseLost     = "sharding: a Lease write applied, its answer lost"
+	faultShardPeerDeleted   = "sharding: a peer Lease deleted"
+	faultShardLeader        = "sharding: the leader Lease changes hands"
+	faultShardLeaderMid     = "sharding: the leader changes in the middle of a handover"
+	exploreShardTake        = "sharding: a fence taken from a dead holder"
+	exploreShardConfirm     = "sharding: a fence confirmed after a lapse"
+	exploreShardDeadline    = "sharding: a write refused at its deadline"
+	// A holder that decided to hand a member over frees its fence even
+	// when the leader assigned the member to another replica meanwhile,
+	// one that has not said it synced the member (Coordinator.free).
+	exploreShardFreeUnready = "sharding: a fence freed to an assignee not ready (reassigned during the free)"
+	// A drained replica left while the hub named it a fence's holder: its
+	// take was applied and its answer lost (Coordinator.Drain counts what
+	// it knows it holds).
+	exploreShardLeftHolding = "sharding: a replica left still holding a fence at the hub"
 )
 
 var shardClasses = []string{exploreSharded, faultShardHandover, faultShardBusy, faultShardJoin, faultShardLeave, faultShardCrash,
-	faultShardMerger, faultShardLapse, exploreShardTake, exploreShardRenew, exploreShardReleaseWrite, exploreShardLapseWrite}
+	faultShardRestart, faultShardPause, faultShardLag, faultShardLeaseFail, faultShardLeaseConflict, faultShardLeaseLost,
+	faultShardPeerDeleted, faultShardLeader, faultShardLeaderMid, exploreShardTake, exploreShardConfirm, exploreShardDeadline}
 
-// simShard is the sim fence model: who holds each member's fence, who
-// merges, and the handovers under way.
-type simShard struct {
-	// holder is each member's fence holder; a member without one is free.
-	holder map[string]*replica
-	// moves are the graceful handovers under way, by member ("": the
-	// merging role); a move to nil frees the fence.
-	moves map[string]*simMove
-	// lapsed: the holder's deadline passed; nobody took the fence yet.
-	lapsed map[string]bool
-	// freed: unregistered members whose fence is free and that the
-	// merger has not deleted yet.
-	freed map[string]bool
-	// gen counts each member's fence changes; handed, the last change in
-	// which each replica handed the member over gracefully.
-	gen     map[string]int
-	handed  map[string]map[*replica]int
-	merger  *replica
-	leaving map[*replica]bool
-	faults  int   // sharding faults left
-	err     error // the first write the oracle refused
+// The timing of the explorer's Leases, and the namespace they live in.
+const (
+	simLeaseDuration = 15 * time.Second
+	simRenewDeadline = 10 * time.Second
+	simRetryPeriod   = 2 * time.Second
+	simLeaseNS       = "aggregator"
+)
+
+var simBudget = shard.RenewBudget(simLeaseDuration, simRenewDeadline)
+
+// shardWorld is the sharding side of a sharded seed: the Lease hub, the
+// leader Lease, and what the oracle knows of the Leases without asking the
+// coordinators. leases mirrors the hub between steps (every step that
+// changes a Lease ends with leaseSettle).
+type shardWorld struct {
+	hub *leasehub.Hub
+	// audit follows every Lease change, in the order the hub took them.
+	audit  *leasehub.Cache
+	leases map[string]*coordinationv1.Lease
+	// renewed is when the hub last took each identity's peer Lease
+	// renewal: its writes must end a renew budget later.
+	renewed map[string]time.Time
+	// lead holds the leader Lease, renewed at leadRenewed; releasing: it
+	// stopped merging and releases once its merges in flight are done.
+	lead        *replica
+	leadRenewed time.Time
+	releasing   bool
+	everLed     bool
+	faults      int // sharding faults left
+	// quiet is when the last sharding fault or registration change took
+	// effect; unowned since when each registered member has had no
+	// holder whose deadline holds.
+	quiet   time.Time
+	unowned map[string]time.Time
+	// ready holds the members whose assignee, warm, said it is ready in
+	// the fence's current assignment.
+	ready map[string]bool
+	err   error // the first failure the oracle found
+
+	// mu guards what the coordinators' parallel calls touch: the Lease
+	// faults planned, the tally through them, and the ownership notices.
+	mu stdsync.Mutex
+	// plan is the fate of a replica's next call on a Lease, by
+	// identity/name.
+	plan   map[string]string
+	caller *replica  // whose coordinator runs now
+	task   *freeTask // the handover's free that runs now
+	over   bool
+	// all are the replicas of the run, crashed or gone too.
+	all []*replica
 }
 
-type simMove struct {
-	from, to *replica
-	waited   bool // it waited for a sync in flight
+// shardReplica is one replica's side of sharding.
+type shardReplica struct {
+	coord *shard.Coordinator
+	cache *leasehub.Cache
+	ctx   context.Context
+	stop  context.CancelFunc
+	// frees are the handovers' frees its coordinator started (Go).
+	frees []*freeTask
+	// notices are the OwnershipChanged its coordinator said, for its
+	// controller once the coordinator's step is over.
+	notices []string
+	// warm holds the members whose connection synced here since this
+	// replica wanted them.
+	warm                   map[string]bool
+	nextRenew, nextRecon   time.Time
+	kicked                 bool
+	paused                 bool
+	pausedUntil, lagsUntil time.Time
+	draining, gaveUp       bool
 }
 
-func newSimShard(faults int) *simShard {
-	return &simShard{holder: map[string]*replica{}, moves: map[string]*simMove{}, lapsed: map[string]bool{},
-		freed: map[string]bool{}, gen: map[string]int{}, handed: map[string]map[*replica]int{}, leaving: map[*replica]bool{}, faults: faults}
+// freeTask is a handover's free: a goroutine parked at each look at Busy
+// (Options.Sleep) until the world resumes it.
+type freeTask struct {
+	r       *replica
+	f       func()
+	cluster string // of its last look at Busy
+	resume  chan struct{}
+	back    chan bool // true: parked; false: done
+	abort   chan struct{}
+	started bool
+	parked  bool
+	// priming: it runs to its first look at Busy; sleeping: it looked,
+	// found syncs in flight, and waits.
+	priming, sleeping bool
 }
 
-// merging reports whether r writes the merged objects now.
-func (s *simShard) merging(r *replica) bool { return s.merger == r && s.moves[""] == nil }
-
-// holds reports whether r may write a registered member's objects now, as
-// its coordinator's Owns would: it holds the fence, is not handing it over,
-// and its deadline holds.
-func (s *simShard) holds(r *replica, cluster string) bool {
-	return s.holder[cluster] == r && s.moves[cluster] == nil && !s.lapsed[cluster]
+func newShardWorld(faults int) *shardWorld {
+	s := &shardWorld{hub: leasehub.New(), leases: map[string]*coordinationv1.Lease{}, renewed: map[string]time.Time{},
+		unowned: map[string]time.Time{}, ready: map[string]bool{}, plan: map[string]string{}, faults: faults, quiet: simEpoch}
+	s.audit = s.hub.NewCache()
+	return s
 }
 
-// shardMembers is one replica's registry: Owned only for the members whose
-// fence it holds.
-type shardMembers struct {
-	w *world
-	r *replica
-}
-
-func (v shardMembers) Lookup(name string) (lifecycle.State, Member) {
-	st, m := v.w.members.Lookup(name)
-	st.Owned = st.Registered() && v.w.shard.holds(v.r, name)
-	return st, m
-}
-
-func (v shardMembers) Names() []string     { return v.w.members.Names() }
-func (v shardMembers) SecretsSynced() bool { return v.w.members.SecretsSynced() }
-
-// simSharding is one replica's Options.Sharding.
-type simSharding struct {
-	w *world
-	r *replica
-}
-
-func (s simSharding) Merging() (bool, time.Time) { return s.w.shard.merging(s.r), time.Time{} }
-func (s simSharding) Free(cluster string) bool   { return s.w.shard.holder[cluster] == nil }
-
-// simGrant is what a replica might write when one of its syncs started:
-// the members it owned, at which fence change, and whether it merged.
-type simGrant struct {
-	members map[string]bool
-	gen     map[string]int
-	merging bool
-}
-
-func (w *world) grant(r *replica) simGrant {
-	g := simGrant{members: map[string]bool{}, gen: maps.Clone(w.shard.gen), merging: w.shard.merging(r)}
-	for _, c := range append(slices.Clone(simClusters), "gone") {
-		if w.registered(c) {
-			g.members[c] = w.shard.holds(r, c)
-		} else {
-			g.members[c] = g.merging && w.shard.holder[c] == nil
-		}
-	}
-	return g
-}
-
-func (w *world) registered(cluster string) bool {
-	st, _ := w.members.Lookup(cluster)
-	return st.Registered()
-}
-
-// newShardWorld makes a sharded seed's replicas after the first: one or
-// two more, the fences held by one of them or free, and a merger.
-func (w *world) newShardWorld() error {
+// startShard makes a sharded seed's replicas after the first: one or two
+// more; and, now and then, the fences an earlier replica held when it died.
+func (w *world) startShard() error {
 	w.tally[exploreSharded]++
+	s := w.shard
+	s.hub.Before, s.hub.After = w.leaseBefore, w.leaseAfter
+	s.audit.Deliver = w.leaseChanged
+	if w.rng.Intn(2) == 0 {
+		// r0 renewed for the last time as the run starts, then died.
+		now := metav1.NewMicroTime(simEpoch)
+		s.hub.Put(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: shard.PeerName("r0"), Namespace: simLeaseNS, Labels: map[string]string{shard.LabelRole: shard.RolePeer}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("r0"), LeaseDurationSeconds: ptr.To(int32(15)),
+				AcquireTime: &now, RenewTime: &now}})
+		for _, name := range w.order {
+			if w.rng.Intn(3) > 0 {
+				s.hub.Put(&coordinationv1.Lease{
+					ObjectMeta: metav1.ObjectMeta{Name: shard.FenceName(name), Namespace: simLeaseNS,
+						Labels:      map[string]string{shard.LabelRole: shard.RoleFence, shard.LabelFenceCluster: name},
+						Annotations: map[string]string{shard.AnnotationAssignedTo: "r0"}},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("r0"), LeaseDurationSeconds: ptr.To(int32(15))}})
+			}
+		}
+		s.renewed["r0"] = simEpoch
+		s.audit.Catch(-1)
+	}
+	// The first replica was made before the hub's Leases: it lists them.
+	w.replica.sh.cache.Restart()
 	for i := 1 + w.rng.Intn(2); i > 0; i-- {
 		r, err := w.newReplica()
 		if err != nil {
@@ -141,18 +192,348 @@ func (w *world) newShardWorld() error {
 		}
 		w.others = append(w.others, r)
 	}
-	all := w.replicaList()
-	for _, name := range w.order {
-		if w.rng.Intn(4) > 0 {
-			w.shard.holder[name] = all[w.rng.Intn(len(all))]
+	return nil
+}
+
+// newShardReplica gives a replica its coordinator, whose Lease cache lists
+// the hub as it is now.
+func (w *world) newShardReplica(r *replica) {
+	s := w.shard
+	sr := &shardReplica{warm: map[string]bool{}, nextRenew: w.now, nextRecon: w.now, cache: s.hub.NewCache()}
+	sr.ctx, sr.stop = context.WithCancel(context.Background())
+	r.sh = sr
+	sr.coord = shard.New(s.hub.Client(), shardRegistry{w: w, r: r}, shardSyncer{w: w, r: r}, shard.Options{
+		Namespace: simLeaseNS, Identity: r.name,
+		LeaseDuration: simLeaseDuration, RenewDeadline: simRenewDeadline, RetryPeriod: simRetryPeriod,
+		Leading:       func() bool { ok, _ := w.merging(r); return ok },
+		SettleTimeout: simSyncTimeout,
+		Now:           func() time.Time { return w.now },
+		Cache:         sr.cache.Lister(simLeaseNS),
+		Go: func(f func()) {
+			s.mu.Lock()
+			sr.frees = append(sr.frees, &freeTask{r: r, f: f, resume: make(chan struct{}), back: make(chan bool, 1), abort: make(chan struct{})})
+			s.mu.Unlock()
+		},
+		Sleep: w.freeSleeps,
+	})
+	sr.cache.Deliver = sr.coord.Observe
+	sr.cache.Restart()
+	s.all = append(s.all, r)
+}
+
+// shardRegistry is one replica's registry, as its coordinator sees it.
+type shardRegistry struct {
+	w *world
+	r *replica
+}
+
+func (v shardRegistry) Names() []string     { return v.w.members.Names() }
+func (v shardRegistry) SecretsSynced() bool { return v.w.members.SecretsSynced() }
+
+// Warm: its connection synced (or timed out) since this replica wanted the
+// member, or cannot be made.
+func (v shardRegistry) Warm(cluster string) bool {
+	return v.r.sh.warm[cluster] || v.w.disconnected[cluster] != nil
+}
+
+// Reconsider drops the connection of a member this replica wants no more;
+// one it wants connects in a step of its own (warmSteps).
+func (v shardRegistry) Reconsider(cluster string) {
+	if !v.r.sh.coord.Wants(cluster) {
+		delete(v.r.sh.warm, cluster)
+	}
+}
+
+// shardSyncer is one replica's controller, as its coordinator sees it: the
+// ownership notices wait until the coordinator's step is over (it says
+// them from parallel fence writes).
+type shardSyncer struct {
+	w *world
+	r *replica
+}
+
+func (v shardSyncer) Busy(cluster string) bool {
+	if t := v.w.shard.task; t != nil {
+		t.cluster = cluster
+		if t.priming {
+			// Its first look: the world now knows its member, and
+			// parks it until it chooses to go on.
+			t.priming = false
+			t.park()
 		}
 	}
-	w.shard.merger = all[w.rng.Intn(len(all))]
+	return v.r.ctrl.Busy(cluster)
+}
+
+func (v shardSyncer) OwnershipChanged(cluster string) {
+	v.w.shard.mu.Lock()
+	v.r.sh.notices = append(v.r.sh.notices, cluster)
+	v.w.shard.mu.Unlock()
+}
+
+func (v shardSyncer) Weight(cluster string) int { return v.r.ctrl.Weight(cluster) }
+
+// shardMembers is one replica's registry, as its controller sees it: Owned
+// and OwnedUntil as its coordinator says. A sync's first look is the
+// deadline of its writes (the context fenced makes).
+type shardMembers struct {
+	w *world
+	r *replica
+}
+
+func (v shardMembers) Lookup(name string) (lifecycle.State, Member) {
+	st, m := v.w.members.Lookup(name)
+	if st.Registered() {
+		owned, until := v.r.sh.coord.Owns(name)
+		st.Owned, st.OwnedUntil = st.Owned && owned, until
+		if sw := v.w.current; sw != nil && sw.r == v.r && st.Owned {
+			if _, ok := sw.until[name]; !ok {
+				sw.until[name] = until
+			}
+		}
+	}
+	return st, m
+}
+
+func (v shardMembers) Names() []string     { return v.w.members.Names() }
+func (v shardMembers) SecretsSynced() bool { return v.w.members.SecretsSynced() }
+
+// shardView is one replica's Options.Sharding.
+type shardView struct {
+	w *world
+	r *replica
+}
+
+func (v shardView) Merging() (bool, time.Time) {
+	ok, until := v.w.merging(v.r)
+	if sw := v.w.current; sw != nil && sw.r == v.r && ok && !sw.merging {
+		sw.merging, sw.mergeUntil = true, until
+	}
+	return ok, until
+}
+
+func (v shardView) Free(cluster string) bool { return v.r.sh.coord.Free(cluster) }
+
+// merging reports whether r holds the leader Lease and may merge, and
+// until when: its last renewal plus the renew budget.
+func (w *world) merging(r *replica) (bool, time.Time) {
+	s := w.shard
+	if s.lead != r || s.releasing {
+		return false, time.Time{}
+	}
+	until := s.leadRenewed.Add(simBudget)
+	return w.now.Before(until), until
+}
+
+// coordStep runs a step of r's coordinator: its Lease changes are put in
+// one order (it writes fences in parallel), the oracle reads them, and its
+// controller hears what changed.
+func (w *world) coordStep(r *replica, f func(ctx context.Context)) {
+	s := w.shard
+	from := s.hub.Len()
+	s.caller = r
+	f(r.sh.ctx)
+	s.caller = nil
+	s.hub.Sort(from)
+	w.primeFrees(r)
+	w.leaseSettle()
+}
+
+// primeFrees runs the frees r's coordinator just started (in parallel, in
+// any order) up to their first look at Busy, and orders them by member, so
+// that a seed replays.
+func (w *world) primeFrees(r *replica) {
+	s := w.shard
+	for _, t := range r.sh.frees {
+		if t.started {
+			continue
+		}
+		t.started, t.priming = true, true
+		go func() {
+			<-t.resume
+			t.f()
+			t.back <- false
+		}()
+		s.task, s.caller = t, r
+		t.resume <- struct{}{}
+		t.parked = <-t.back
+		s.task, s.caller = nil, nil
+	}
+	// A free that never looked at Busy is over already.
+	r.sh.frees = slices.DeleteFunc(r.sh.frees, func(t *freeTask) bool { return !t.parked })
+	sort.SliceStable(r.sh.frees, func(i, j int) bool { return r.sh.frees[i].cluster < r.sh.frees[j].cluster })
+}
+
+// park hands the world back its turn until it resumes the free.
+func (t *freeTask) park() {
+	t.back <- true
+	select {
+	case <-t.resume:
+	case <-t.abort:
+	}
+}
+
+// leaseSettle lets the oracle read the Lease changes, and tells each
+// controller what its coordinator said.
+func (w *world) leaseSettle() {
+	s := w.shard
+	s.audit.Catch(-1)
+	for _, r := range w.replicaList() {
+		s.mu.Lock()
+		notices := r.sh.notices
+		r.sh.notices = nil
+		s.mu.Unlock()
+		sort.Strings(notices)
+		for _, c := range slices.Compact(notices) {
+			r.ctrl.OwnershipChanged(c)
+		}
+	}
+}
+
+// renew renews r's peer Lease, and with it the leader Lease when it holds
+// it. What the hub took is the oracle's own account of r's deadline.
+func (w *world) renew(r *replica, f func(ctx context.Context)) {
+	s := w.shard
+	w.coordStep(r, f)
+	r.sh.nextRenew = w.now.Add(simRetryPeriod)
+	if l := s.leases[shard.PeerName(r.name)]; l != nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Equal(w.now) {
+		if s.lead == r && !s.releasing && w.now.Before(s.leadRenewed.Add(simBudget)) {
+			// Not once its deadline passed: it stopped leading then,
+			// and must take the leader Lease again.
+			s.leadRenewed = w.now
+		}
+	}
+}
+
+// leaseBefore is the Lease hub's hook ahead of each call: the fault the
+// world planned for this replica's next call on this Lease.
+func (w *world) leaseBefore(verb, name string) error {
+	s := w.shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return errors.New("injected: the run is over")
+	}
+	if s.caller == nil {
+		return nil
+	}
+	key := s.caller.name + "/" + name
+	fate := s.plan[key]
+	switch {
+	case fate == "":
+		return nil
+	case fate == "lost" && verb != "get" && verb != "list":
+		return nil // leaseAfter
+	case fate == "conflict" && (verb == "update" || verb == "delete"):
+		delete(s.plan, key)
+		if cur := s.hub.Get(name); cur != nil {
+			w.tally[faultShardLeaseConflict]++
+			s.hub.Put(cur) // someone else wrote it first
+			return nil
+		}
+	}
+	delete(s.plan, key)
+	w.tally[faultShardLeaseFail]++
+	return apierrors.NewInternalError(fmt.Errorf("injected: %s %s", verb, name))
+}
+
+// leaseAfter loses the answer to a write the hub took, when planned so.
+func (w *world) leaseAfter(verb, name string) error {
+	s := w.shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.caller == nil {
+		return nil
+	}
+	key := s.caller.name + "/" + name
+	if s.plan[key] != "lost" {
+		return nil
+	}
+	delete(s.plan, key)
+	w.tally[faultShardLeaseLost]++
+	return apierrors.NewTimeoutError("injected: the answer was lost", 1)
+}
+
+// leaseChanged is the oracle on each Lease change, in the hub's order: a
+// fence taken from a holder whose deadline holds, or freed by its holder to
+// an assignee that has not synced the member, fails the seed.
+func (w *world) leaseChanged(l *coordinationv1.Lease, deleted bool) {
+	s := w.shard
+	prev := s.leases[l.Name]
+	if deleted {
+		w.log("  lease %s deleted", l.Name)
+		delete(s.leases, l.Name)
+		return
+	}
+	s.leases[l.Name] = l
+	if id := ptr.Deref(l.Spec.HolderIdentity, ""); l.Labels[shard.LabelRole] == shard.RolePeer && id != "" && renewTime(l).After(s.renewed[id]) {
+		// A renewal the hub took, by whichever call (Renew, BeginDrain).
+		s.renewed[id] = renewTime(l)
+	}
+	w.log("  lease %s: holder %q assigned %q ready %q draining %q renewed %s", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""),
+		l.Annotations[shard.AnnotationAssignedTo], l.Annotations[shard.AnnotationReady], l.Annotations[shard.AnnotationDraining], renewTime(l).Sub(simEpoch))
+	if l.Labels[shard.LabelRole] != shard.RoleFence || prev == nil {
+		return
+	}
+	cluster := l.Labels[shard.LabelFenceCluster]
+	was, is := ptr.Deref(prev.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.HolderIdentity, "")
+	to := l.Annotations[shard.AnnotationAssignedTo]
+	switch ready := l.Annotations[shard.AnnotationReady]; {
+	case to != prev.Annotations[shard.AnnotationAssignedTo] || (is != was && is != ""):
+		// A new assignment, or a new holder: readiness is said anew.
+		delete(s.ready, cluster)
+	case ready != "" && ready != prev.Annotations[shard.AnnotationReady]:
+		r := w.replicaNamed(ready)
+		s.ready[cluster] = ready == to && r != nil && (shardRegistry{w: w, r: r}).Warm(cluster)
+	}
+	switch {
+	case was != "" && is != "" && was != is:
+		w.tally[exploreShardTake]++
+		if d := s.renewed[was].Add(simBudget); w.now.Before(d) {
+			w.refuse(fmt.Errorf("oracle: %s took the fence of %s from %s, whose deadline holds for %s more", is, cluster, was, d.Sub(w.now)))
+		}
+	case was != "" && is == "" && to != "" && to != was:
+		old, next := w.replicaNamed(was), w.replicaNamed(to)
+		if old == nil || next == nil || next.sh.paused || old.sh.gaveUp || !w.registered(cluster) {
+			return
+		}
+		switch {
+		case l.Annotations[shard.AnnotationReady] != to:
+			// The holder decided on an earlier assignment; the free
+			// re-reads the fence but not whom it is assigned to now.
+			w.tally[exploreShardFreeUnready]++
+		case !s.ready[cluster]:
+			w.refuse(fmt.Errorf("oracle: %s freed the fence of %s to %s on a readiness not said in this assignment by a synced assignee", was, cluster, to))
+		default:
+			w.tally[faultShardHandover]++
+		}
+		delete(s.ready, cluster)
+	case was != "" && was == is && !renewTime(prev).Equal(renewTime(l)):
+		w.tally[exploreShardConfirm]++
+	}
+}
+
+func renewTime(l *coordinationv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// replicaNamed is the running replica of that identity, nil when none.
+func (w *world) replicaNamed(id string) *replica {
+	for _, r := range w.replicaList() {
+		if r.name == id && !r.crashed {
+			return r
+		}
+	}
 	return nil
 }
 
 // audit is the oracle's reactor, ahead of the server: a call of a crashed
-// replica fails, and every write is held to its sync's grant.
+// replica fails, a write past its sync's deadline is not sent (as its
+// context would have it, on the virtual clock), and every write is held to
+// the Leases as the hub holds them now.
 func (w *world) audit(action clienttesting.Action) (bool, runtime.Object, error) {
 	if sw := w.current; sw != nil && sw.r.crashed {
 		return true, nil, errors.New("injected: the replica crashed")
@@ -182,34 +563,73 @@ func (w *world) audit(action clienttesting.Action) (bool, runtime.Object, error)
 		w.refuse(fmt.Errorf("oracle: %s %s %s, which no key owns", action.GetVerb(), resource, objKey(m)))
 		return false, nil, nil
 	}
-	w.checkWrite(k.Cluster, fmt.Sprintf("%s %s %s", action.GetVerb(), resource, objKey(m)))
+	if err := w.checkWrite(k.Cluster, fmt.Sprintf("%s %s %s", action.GetVerb(), resource, objKey(m))); err != nil {
+		return true, nil, err
+	}
 	return false, nil, nil
 }
 
-// checkWrite holds one write of cluster's objects ("": the merged ones) to
-// the grant of the sync it belongs to: the replica must have owned them
-// when that sync started, and merged objects only the merger writes.
-func (w *world) checkWrite(cluster, what string) {
+// checkWrite holds one write of cluster's objects ("": the merged ones):
+// past the deadline its sync runs under, it is not sent; otherwise its
+// replica must hold the member's fence at the hub, within its deadline, or
+// for the merged objects (and an unregistered member's, once nobody may
+// write them) the leader Lease, within its deadline.
+func (w *world) checkWrite(cluster, what string) error {
 	sw := w.current
+	if sw == nil {
+		w.refuse(fmt.Errorf("oracle: %s outside any sync", what))
+		return nil
+	}
+	until := sw.mergeUntil
+	if u, ok := sw.until[cluster]; ok && cluster != "" {
+		until = u
+	}
+	if !until.IsZero() && !w.now.Before(until) {
+		w.tally[exploreShardDeadline]++
+		return fmt.Errorf("injected: %w", context.DeadlineExceeded)
+	}
+	if err := w.mayWrite(sw.r, cluster); err != nil {
+		w.refuse(fmt.Errorf("oracle: %s by %s (sync of %s): %v", what, sw.r.name, sw.key, err))
+	}
+	return nil
+}
+
+func (w *world) mayWrite(r *replica, cluster string) error {
+	s := w.shard
+	if cluster == "" {
+		return w.leads(r)
+	}
+	holder := ""
+	if l := s.leases[shard.FenceName(cluster)]; l != nil {
+		holder = ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+	if holder == r.name {
+		if d := s.renewed[r.name].Add(simBudget); !w.now.Before(d) {
+			return fmt.Errorf("it holds the fence of %s, but its deadline passed %s ago", cluster, w.now.Sub(d))
+		}
+		if d := r.sh.coord.Deadline(); !w.now.Before(d) {
+			return fmt.Errorf("it holds the fence of %s, but its coordinator's deadline passed %s ago", cluster, w.now.Sub(d))
+		}
+		return nil
+	}
+	if w.registered(cluster) {
+		return fmt.Errorf("the hub's fence of registered %s is held by %q", cluster, holder)
+	}
+	if holder != "" && w.now.Before(s.renewed[holder].Add(simBudget)) {
+		return fmt.Errorf("unregistered %s's fence is held by %s, whose deadline holds", cluster, holder)
+	}
+	return w.leads(r)
+}
+
+func (w *world) leads(r *replica) error {
 	s := w.shard
 	switch {
-	case sw == nil:
-		w.refuse(fmt.Errorf("oracle: %s outside any sync", what))
-	case cluster == "" && !sw.grant.merging:
-		w.refuse(fmt.Errorf("oracle: %s by %s, whose sync of %s started while it did not merge", what, sw.name, sw.key))
-	case cluster == "" && s.merger != sw.r:
-		w.refuse(fmt.Errorf("oracle: %s by %s, which no longer merges (%s does)", what, sw.name, s.merger.name))
-	case cluster == "":
-	case !sw.grant.members[cluster]:
-		w.refuse(fmt.Errorf("oracle: %s by %s, whose sync of %s started while it did not own %s", what, sw.name, sw.key, cluster))
-	case s.handed[cluster][sw.r] > sw.grant.gen[cluster]:
-		// The handover waited for Busy: no sync of it was in flight.
-		w.refuse(fmt.Errorf("oracle: %s by %s, whose sync of %s started before it handed %s over", what, sw.name, sw.key, cluster))
-	case s.lapsed[cluster] || (w.registered(cluster) && s.holder[cluster] != sw.r):
-		w.tally[exploreShardLapseWrite]++
-	case s.moves[cluster] != nil:
-		w.tally[exploreShardReleaseWrite]++
+	case s.lead != r:
+		return fmt.Errorf("it does not hold the leader Lease (%s does)", nameOf(s.lead))
+	case !w.now.Before(s.leadRenewed.Add(simBudget)):
+		return fmt.Errorf("its leader Lease's deadline passed %s ago", w.now.Sub(s.leadRenewed.Add(simBudget)))
 	}
+	return nil
 }
 
 func (w *world) refuse(err error) {
@@ -223,209 +643,274 @@ func (w *world) auditStatus(cluster string) error {
 	if sw := w.current; sw != nil && sw.r.crashed {
 		return errors.New("injected: the replica crashed")
 	}
-	w.checkWrite(cluster, "ServiceExport status write of "+cluster)
-	return nil
+	return w.checkWrite(cluster, "ServiceExport status write of "+cluster)
 }
 
-// live are the replicas running and not leaving.
+func (w *world) registered(cluster string) bool {
+	st, _ := w.members.Lookup(cluster)
+	return st.Registered()
+}
+
+// running are the replicas that run, paused or not.
+func (w *world) running() []*replica {
+	return slices.DeleteFunc(w.replicaList(), func(r *replica) bool { return r.crashed })
+}
+
+// live are the replicas that run, are not paused and do not drain.
 func (w *world) live() []*replica {
-	return slices.DeleteFunc(w.replicaList(), func(r *replica) bool { return w.shard.leaving[r] })
+	return slices.DeleteFunc(w.running(), func(r *replica) bool { return r.sh.paused || r.sh.draining })
 }
 
-// pick is a random live replica other than not; nil when there is none.
-func (w *world) pick(not *replica) *replica {
-	rs := slices.DeleteFunc(w.live(), func(r *replica) bool { return r == not })
-	if len(rs) == 0 {
-		return nil
-	}
-	return rs[w.rng.Intn(len(rs))]
-}
-
-// shardSteps are the sharding steps enabled now: those that finish what is
-// under way always, faults now and then.
+// shardSteps are the sharding steps enabled now: each replica's upkeep
+// (renewals, reconciles, its watch, its frees, its connections), the
+// recoveries, and faults now and then. Upkeep steps are named "lease: ".
 func (w *world) shardSteps() []step {
-	out := w.shardRecoveries()
-	if w.started && w.shard.faults > 0 && w.rng.Intn(6) == 0 {
-		for _, s := range w.shardFaults() {
-			out = append(out, step{s.name, func() { w.shard.faults--; s.do() }})
+	s := w.shard
+	var out []step
+	for _, r := range w.running() {
+		out = append(out, w.upkeepSteps(r)...)
+	}
+	out = append(out, w.leaderSteps()...)
+	if w.started && s.faults > 0 && w.rng.Intn(6) == 0 {
+		for _, f := range w.shardFaults() {
+			out = append(out, step{f.name, func() { s.faults--; s.quiet = maxTime(s.quiet, w.now); f.do() }})
 		}
 	}
 	return out
 }
 
-// shardRecoveries take free fences, finish handovers and lapses, drain the
-// replicas that leave and delete the fences of unregistered members.
-func (w *world) shardRecoveries() []step {
-	s := w.shard
-	var out []step
-	for _, c := range w.members.Names() {
-		if s.holder[c] == nil && s.moves[c] == nil {
-			out = append(out, step{"sharding: the free fence of " + c + " taken", func() { w.take(c) }})
+// upkeepSteps are one replica's own steps.
+func (w *world) upkeepSteps(r *replica) []step {
+	sr := w.shard
+	h := r.sh
+	if h.paused {
+		if !w.now.Before(h.pausedUntil) {
+			return []step{{r.name + " resumes", func() {
+				h.paused, h.kicked = false, true
+				sr.quiet = maxTime(sr.quiet, w.now)
+			}}}
 		}
+		return nil
 	}
-	for _, c := range sortedKeysOf(s.moves) {
-		mv := s.moves[c]
-		if mv.from.ctrl.Busy(c) {
-			mv.waited = true
+	var out []step
+	if !w.now.Before(h.nextRenew) {
+		out = append(out, step{"lease: " + r.name + " renews", func() { w.renew(r, h.coord.Renew) }})
+	}
+	if h.kicked || !w.now.Before(h.nextRecon) {
+		out = append(out, step{"lease: " + r.name + " reconciles", func() {
+			h.kicked, h.nextRecon = false, w.now.Add(simRetryPeriod)
+			w.coordStep(r, h.coord.Reconcile)
+		}})
+	}
+	if n := h.cache.Behind(); n > 0 && !w.now.Before(h.lagsUntil) {
+		out = append(out, step{"lease: " + r.name + "'s watch delivers", func() {
+			k := n
+			if w.rng.Intn(2) == 0 {
+				k = 1 + w.rng.Intn(n)
+			}
+			h.cache.Catch(k)
+			h.kicked = true
+		}})
+	}
+	for _, t := range h.frees {
+		if t.sleeping && r.ctrl.Busy(t.cluster) {
 			continue
 		}
-		out = append(out, step{fmt.Sprintf("sharding: %s hands %s over to %s", mv.from.name, roleName(c), nameOf(mv.to)), func() { w.completeMove(c) }})
+		out = append(out, step{r.name + " frees a fence it hands over", func() { w.runFree(t) }})
 	}
-	for _, c := range sortedKeysOf(s.lapsed) {
-		old := s.holder[c]
-		if w.pick(old) != nil {
-			// Taken over more often than confirmed: that is the fault.
-			take := step{fmt.Sprintf("sharding: %s's lease expired; %s taken over", old.name, c), func() { w.takeOver(c) }}
-			out = append(out, take, take)
-		}
-		out = append(out, step{fmt.Sprintf("sharding: %s renews and confirms %s", old.name, c), func() { w.confirm(c) }})
-	}
-	for _, r := range w.replicaList() {
-		if s.leaving[r] {
-			out = append(out, w.drainSteps(r)...)
-		}
-	}
-	if s.merger != nil && s.moves[""] == nil {
-		for _, c := range sortedKeysOf(s.freed) {
-			out = append(out, step{"sharding: the merger deletes the free fence of " + c, func() {
-				delete(s.freed, c)
-				s.merger.ctrl.OwnershipChanged(c)
+	for _, c := range w.members.Names() {
+		if h.coord.Wants(c) && !h.warm[c] && w.connectable(c) {
+			out = append(out, step{r.name + "'s connection to " + c + " syncs", func() {
+				h.warm[c], h.kicked = true, true
 			}})
 		}
 	}
+	if h.draining {
+		if len(slices.DeleteFunc(w.live(), func(o *replica) bool { return o == r })) == 0 && !h.gaveUp {
+			out = append(out, step{r.name + " drains, alone: gives up its members", func() { h.gaveUp = true; h.coord.GiveUp(); h.kicked = true }})
+		}
+		if h.coord.Holding() == 0 && len(h.frees) == 0 {
+			out = append(out, step{r.name + " exits, having handed everything over", func() { w.leave(r) }})
+		}
+	}
 	return out
 }
 
-// shardFaults are the sharding faults that could start now.
+// connectable: a member whose connection would sync (or time out) now.
+func (w *world) connectable(c string) bool {
+	m := w.members.members[c]
+	return m != nil && (m.listed || m.timedOut)
+}
+
+// runFree runs a handover's free until it parks at its next look at Busy,
+// or ends.
+func (w *world) runFree(t *freeTask) {
+	s := w.shard
+	from := s.hub.Len()
+	s.caller, s.task = t.r, t
+	t.resume <- struct{}{}
+	t.parked = <-t.back
+	t.sleeping = t.parked
+	s.caller, s.task = nil, nil
+	if !t.parked {
+		t.r.sh.frees = slices.DeleteFunc(t.r.sh.frees, func(o *freeTask) bool { return o == t })
+		t.r.sh.kicked = true
+	}
+	s.hub.Sort(from)
+	w.leaseSettle()
+}
+
+// freeSleeps is Options.Sleep: the free waits for the world.
+func (w *world) freeSleeps(time.Duration) {
+	w.tally[faultShardBusy]++
+	w.shard.task.park()
+}
+
+// leaderSteps hand the leader Lease on: released once its holder's merges
+// are done, or taken once it expired.
+func (w *world) leaderSteps() []step {
+	s := w.shard
+	var out []step
+	if s.lead != nil && s.releasing && (!s.lead.ctrl.Busy("") || !w.now.Before(s.leadRenewed.Add(simBudget))) {
+		out = append(out, step{s.lead.name + " releases the leader Lease", func() { w.releaseLead() }})
+	}
+	free := s.lead == nil || !w.now.Before(s.leadRenewed.Add(simLeaseDuration))
+	// A leader that did not renew within its deadline stopped leading; it
+	// holds the leader Lease still, and takes it again at once.
+	lapsed := s.lead != nil && !s.releasing && !w.now.Before(s.leadRenewed.Add(simBudget))
+	for _, r := range w.live() {
+		if (free && r != s.lead) || (lapsed && r == s.lead) {
+			out = append(out, step{r.name + " takes the leader Lease", func() { w.takeLead(r) }})
+		}
+	}
+	return out
+}
+
+func (w *world) releaseLead() {
+	s := w.shard
+	old := s.lead
+	s.lead, s.releasing = nil, false
+	if !old.crashed {
+		old.ctrl.OwnershipChanged("")
+	}
+}
+
+func (w *world) takeLead(r *replica) {
+	s := w.shard
+	if s.everLed && s.lead != r {
+		w.tally[faultShardLeader]++
+		if w.handoverUnderWay() {
+			w.tally[faultShardLeaderMid]++
+		}
+	}
+	old := s.lead
+	s.lead, s.leadRenewed, s.releasing, s.everLed = r, w.now, false, true
+	if old != nil && !old.crashed {
+		old.ctrl.OwnershipChanged("")
+	}
+	r.ctrl.OwnershipChanged("")
+	r.sh.kicked = true
+}
+
+// handoverUnderWay: a fence is held by one replica and assigned to
+// another, or free and assigned.
+func (w *world) handoverUnderWay() bool {
+	for _, l := range w.shard.leases {
+		if l.Labels[shard.LabelRole] != shard.RoleFence {
+			continue
+		}
+		to, holder := l.Annotations[shard.AnnotationAssignedTo], ptr.Deref(l.Spec.HolderIdentity, "")
+		if to != "" && to != holder {
+			return true
+		}
+	}
+	return false
+}
+
+// shardFaults are the sharding faults that could strike now.
 func (w *world) shardFaults() []step {
 	s := w.shard
 	var out []step
-	for _, c := range w.members.Names() {
-		from := s.holder[c]
-		if from == nil || !s.holds(from, c) || s.leaving[from] {
-			continue
-		}
-		to := w.pick(from)
-		if to == nil {
-			continue // nobody to hand it to, or to take it over
-		}
-		out = append(out, step{fmt.Sprintf("sharding: %s starts handing %s over to %s", from.name, c, to.name), func() {
-			w.tally[faultShardHandover]++
-			w.startMove(c, from, to)
-		}})
-		if from.ctrl.Busy(c) {
-			// Weighed up: a sync must be in flight right now.
-			lapse := step{fmt.Sprintf("sharding: %s's fence of %s lapses while it writes", from.name, c), func() {
-				w.tally[faultShardLapse]++
-				s.lapsed[c] = true
-			}}
-			out = append(out, lapse, lapse)
-		}
+	live := w.live()
+	if len(w.running()) < 4 {
+		out = append(out, step{"sharding: a replica joins", func() { w.join() }})
 	}
-	if m := s.merger; s.moves[""] == nil && !s.leaving[m] {
-		if to := w.pick(m); to != nil {
-			out = append(out, step{fmt.Sprintf("sharding: %s hands the merging role to %s", m.name, to.name), func() {
-				w.tally[faultShardMerger]++
-				w.startMove("", m, to)
+	if s.lead != nil && !s.releasing && !s.lead.crashed && !s.lead.sh.paused {
+		out = append(out, step{"sharding: " + s.lead.name + " stops leading", func() {
+			s.releasing = true
+			s.lead.ctrl.OwnershipChanged("")
+		}})
+	}
+	for _, r := range live {
+		h := r.sh
+		others := len(live) > 1
+		out = append(out, step{"sharding: " + r.name + " pauses past its deadline", func() {
+			w.tally[faultShardPause]++
+			h.paused = true
+			h.pausedUntil = maxTime(w.now, h.coord.Deadline()).Add(time.Second + time.Duration(w.rng.Int63n(int64(simLeaseDuration))))
+		}})
+		out = append(out, step{"sharding: " + r.name + "'s Lease watch stalls", func() {
+			w.tally[faultShardLag]++
+			h.lagsUntil = w.now.Add(simLeaseDuration + time.Duration(w.rng.Int63n(int64(10*time.Second))))
+			s.quiet = maxTime(s.quiet, h.lagsUntil)
+		}})
+		// Weighed up: a planned fault fires only on the Lease's next call.
+		plan := step{"sharding: a Lease call of " + r.name + " will fail", func() { w.planLeaseFault(r) }}
+		out = append(out, plan, plan)
+		if s.leases[shard.PeerName(r.name)] != nil {
+			out = append(out, step{"sharding: someone deletes " + r.name + "'s peer Lease", func() {
+				w.tally[faultShardPeerDeleted]++
+				s.hub.Delete(shard.PeerName(r.name))
+				w.leaseSettle()
+			}})
+		}
+		if others {
+			out = append(out, step{"sharding: " + r.name + " crashes", func() { w.crash(r) }})
+			out = append(out, step{"sharding: " + r.name + " restarts cold", func() {
+				w.tally[faultShardRestart]++
+				w.crash(r)
+				w.join()
+			}})
+			out = append(out, step{"sharding: " + r.name + " drains to leave", func() {
+				h.draining, h.kicked = true, true
+				w.coordStep(r, h.coord.BeginDrain)
 			}})
 		}
 	}
-	live := w.live()
-	if len(live) < 3 {
-		out = append(out, step{"sharding: a replica joins", w.join})
-	}
-	for _, r := range w.replicaList() {
-		if len(slices.DeleteFunc(slices.Clone(live), func(o *replica) bool { return o == r })) == 0 {
-			continue // nobody to hand its members to
+	for _, r := range w.running() {
+		if h := r.sh; h.draining && !h.gaveUp && !h.paused {
+			out = append(out, step{"sharding: " + r.name + "'s shutdown timeout nears: gives up", func() {
+				h.gaveUp, h.kicked = true, true
+				h.coord.GiveUp()
+			}})
 		}
-		if !s.leaving[r] {
-			out = append(out, step{"sharding: " + r.name + " drains to leave", func() { w.drain(r) }})
-		}
-		out = append(out, step{"sharding: " + r.name + " crashes", func() { w.crash(r) }})
 	}
 	return out
 }
 
-// take gives a free fence to a live replica, which resyncs the member.
-func (w *world) take(c string) {
-	w.setHolder(c, w.pick(nil))
-	w.shard.holder[c].ctrl.OwnershipChanged(c)
-}
-
-// startMove starts a graceful handover: the holder stops taking the
-// member's keys (Owned false) and its in-flight syncs go on.
-func (w *world) startMove(c string, from, to *replica) {
-	w.shard.moves[c] = &simMove{from: from, to: to}
-	if c != "" {
-		from.ctrl.OwnershipChanged(c)
+// planLeaseFault plans the fate of r's next call on one of the Leases it
+// writes: it fails, conflicts with someone else's write, or is applied with
+// its answer lost.
+func (w *world) planLeaseFault(r *replica) {
+	names := []string{shard.PeerName(r.name)}
+	for _, c := range w.members.Names() {
+		names = append(names, shard.FenceName(c))
 	}
-}
-
-// completeMove ends a handover once the old holder has no sync of the
-// member in flight: the fence moves (or is freed, for a member since
-// unregistered), and both replicas are told.
-func (w *world) completeMove(c string) {
+	fates := []string{"fail", "conflict", "lost"}
 	s := w.shard
-	mv := s.moves[c]
-	delete(s.moves, c)
-	if mv.waited {
-		w.tally[faultShardBusy]++
-	}
-	if c == "" {
-		s.merger = mv.to
-		mv.from.ctrl.OwnershipChanged("")
-		mv.to.ctrl.OwnershipChanged("")
-		return
-	}
-	w.setHolder(c, mv.to)
-	if s.handed[c] == nil {
-		s.handed[c] = map[*replica]int{}
-	}
-	s.handed[c][mv.from] = s.gen[c]
-	mv.from.ctrl.OwnershipChanged(c)
-	if h := s.holder[c]; h != nil {
-		h.ctrl.OwnershipChanged(c)
-	}
+	s.mu.Lock()
+	s.plan[r.name+"/"+names[w.rng.Intn(len(names))]] = fates[w.rng.Intn(len(fates))]
+	s.mu.Unlock()
 }
 
-// setHolder gives a member's fence to r; an unregistered member's fence is
-// freed instead, for the merger to delete.
-func (w *world) setHolder(c string, r *replica) {
-	w.shard.gen[c]++
-	if r == nil || !w.registered(c) {
-		delete(w.shard.holder, c)
-		if !w.registered(c) {
-			w.shard.freed[c] = true
-		}
-		return
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
-	w.shard.holder[c] = r
+	return b
 }
 
-// takeOver gives a lapsed fence to another replica without waiting: the
-// old holder's in-flight syncs may still write, as its deadline context
-// and the lease margin allow.
-func (w *world) takeOver(c string) {
-	w.tally[exploreShardTake]++
-	s := w.shard
-	old := s.holder[c]
-	delete(s.lapsed, c)
-	w.setHolder(c, w.pick(old))
-	if h := s.holder[c]; h != nil {
-		h.ctrl.OwnershipChanged(c)
-	}
-	old.ctrl.OwnershipChanged(c) // it forgets the fence
-}
-
-// confirm is the holder renewing after its deadline and confirming a fence
-// nobody took.
-func (w *world) confirm(c string) {
-	w.tally[exploreShardRenew]++
-	delete(w.shard.lapsed, c)
-	w.shard.holder[c].ctrl.OwnershipChanged(c)
-}
-
-// join starts a replica, which is assigned some members.
+// join starts a replica, cold: its caches list what is there now.
 func (w *world) join() {
 	r, err := w.newReplica()
 	if err != nil {
@@ -434,105 +919,50 @@ func (w *world) join() {
 	}
 	w.tally[faultShardJoin]++
 	w.others = append(w.others, r)
-	for _, c := range w.members.Names() {
-		if from := w.shard.holder[c]; from != nil && w.shard.holds(from, c) && w.rng.Intn(2) == 0 {
-			w.startMove(c, from, r)
-		}
-	}
 }
 
-// drain marks r leaving: nothing more is given to it, and what it holds
-// or is about to get goes elsewhere (drainSteps).
-func (w *world) drain(r *replica) {
-	s := w.shard
-	s.leaving[r] = true
-	for _, c := range sortedKeysOf(s.moves) {
-		if mv := s.moves[c]; mv.to == r {
-			mv.to = w.pick(mv.from)
-			if mv.to == nil {
-				w.cancelMove(c)
-			}
+// leave ends a drained replica: its last syncs finish, its peer Lease
+// goes, and the leader Lease with it.
+func (w *world) leave(r *replica) {
+	w.tally[faultShardLeave]++
+	w.drainWorkers(r)
+	w.coordStep(r, r.sh.coord.Leave)
+	for _, l := range w.shard.leases {
+		if l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
+			// A take whose answer was lost: the hub names it holder,
+			// its coordinator does not know. The others find its peer
+			// Lease deleted, then absent for a lease duration more.
+			w.tally[exploreShardLeftHolding]++
+			w.shard.quiet = maxTime(w.shard.quiet, w.now.Add(simLeaseDuration))
+			break
 		}
 	}
-}
-
-// cancelMove ends a handover that has nobody to go to: the holder keeps
-// the member.
-func (w *world) cancelMove(c string) {
-	mv := w.shard.moves[c]
-	delete(w.shard.moves, c)
-	if c != "" {
-		mv.from.ctrl.OwnershipChanged(c)
+	if w.shard.lead == r {
+		w.releaseLead()
 	}
-}
-
-// drainSteps hand over what a leaving replica holds, one member at a
-// time, and let it exit once it holds nothing.
-func (w *world) drainSteps(r *replica) []step {
-	s := w.shard
-	var out []step
-	holds := false
-	for _, c := range sortedKeysOf(s.holder) {
-		if s.holder[c] != r {
-			continue
-		}
-		holds = true
-		if s.moves[c] == nil && !s.lapsed[c] {
-			out = append(out, step{fmt.Sprintf("sharding: %s drains: hands %s over", r.name, c), func() { w.startMove(c, r, w.pick(r)) }})
-		}
-	}
-	if s.merger == r {
-		holds = true
-		if s.moves[""] == nil {
-			out = append(out, step{"sharding: " + r.name + " drains: hands the merging role over", func() { w.startMove("", r, w.pick(r)) }})
-		}
-	}
-	if !holds {
-		out = append(out, step{"sharding: " + r.name + " exits, having handed everything over", func() {
-			w.tally[faultShardLeave]++
-			w.drainWorkers(r)
-			w.dropReplica(r)
-			w.retire(r)
-			delete(s.leaving, r)
-		}})
-	}
-	return out
+	w.dropReplica(r)
+	w.retire(r)
+	r.sh.stop()
 }
 
 // crash stops r at once: its in-flight syncs write nothing more (every
-// call fails), and what it held goes to the others without waiting.
+// call fails); its Leases stay as they are, for the others to find dead.
 func (w *world) crash(r *replica) {
 	w.tally[faultShardCrash]++
-	s := w.shard
 	r.crashed = true
+	if w.shard.leases[shard.PeerName(r.name)] == nil {
+		// Its peer Lease was deleted and not made again: a replica that
+		// never saw it counts it alive a lease duration from its own
+		// start, then absent for a lease duration more.
+		w.shard.quiet = maxTime(w.shard.quiet, w.now.Add(simLeaseDuration))
+	}
 	w.drainWorkers(r)
 	w.dropReplica(r)
 	w.retire(r)
-	delete(s.leaving, r)
-	for _, c := range sortedKeysOf(s.moves) {
-		switch mv := s.moves[c]; {
-		case mv.from == r:
-			delete(s.moves, c)
-		case mv.to == r:
-			if mv.to = w.pick(mv.from); mv.to == nil {
-				w.cancelMove(c)
-			}
-		}
-	}
-	for _, c := range sortedKeysOf(s.holder) {
-		if s.holder[c] != r {
-			continue
-		}
-		delete(s.lapsed, c)
-		w.setHolder(c, w.pick(nil))
-		if h := s.holder[c]; h != nil {
-			h.ctrl.OwnershipChanged(c)
-		}
-	}
-	if s.merger == r {
-		s.merger = w.pick(nil)
-		s.merger.ctrl.OwnershipChanged("")
-	}
+	r.sh.stop()
+	w.shard.mu.Lock()
+	r.sh.notices = nil
+	w.shard.mu.Unlock()
 }
 
 // dropReplica takes r out of the running replicas; the next one stands in
@@ -546,36 +976,148 @@ func (w *world) dropReplica(r *replica) {
 	w.others = slices.DeleteFunc(w.others, func(o *replica) bool { return o == r })
 }
 
-// shardUnregistered releases the fence of a member just unregistered, as
-// its holder does once its registry no longer knows it.
-func (w *world) shardUnregistered(c string) {
-	s := w.shard
-	switch {
-	case s.holder[c] == nil:
-		s.freed[c] = true
-	case s.moves[c] != nil || s.lapsed[c]:
-		// Freed when the handover or the takeover ends.
-	default:
-		w.startMove(c, s.holder[c], nil)
+// shardUnregistered: the coordinators reconsider a member just
+// unregistered.
+func (w *world) shardUnregistered(string) { w.shardKick() }
+
+func (w *world) shardKick() {
+	if w.shard == nil {
+		return
+	}
+	w.shard.quiet = maxTime(w.shard.quiet, w.now)
+	for _, r := range w.running() {
+		r.sh.kicked = true
 	}
 }
 
-// shardQuiescent checks that nothing of sharding is left under way.
-func (w *world) shardQuiescent() error {
+// checkOwners is the liveness oracle after each step: once the world is
+// quiet (a lease duration after the last fault took effect: by then every
+// replica sees the dead as dead), no registered member goes without a
+// holder whose deadline holds for longer than a lease duration.
+func (w *world) checkOwners() {
 	s := w.shard
-	switch {
-	case len(s.moves) > 0 || len(s.lapsed) > 0 || len(s.freed) > 0 || len(s.leaving) > 0:
-		return fmt.Errorf("quiescent with sharding under way: moves %v, lapsed %v, freed %v, %d leaving",
-			sortedKeysOf(s.moves), sortedKeysOf(s.lapsed), sortedKeysOf(s.freed), len(s.leaving))
-	case s.merger == nil:
-		return errors.New("quiescent with no merger")
+	names := w.members.Names()
+	for c := range s.unowned {
+		if !slices.Contains(names, c) {
+			delete(s.unowned, c)
+		}
 	}
-	for _, c := range w.members.Names() {
-		if s.holder[c] == nil {
-			return fmt.Errorf("quiescent with member %s unowned", c)
+	for _, c := range names {
+		if w.ownedAtHub(c) {
+			delete(s.unowned, c)
+			continue
+		}
+		since, ok := s.unowned[c]
+		if !ok {
+			s.unowned[c] = w.now
+			continue
+		}
+		if gap := w.now.Sub(maxTime(since, s.quiet.Add(simLeaseDuration))); gap > simLeaseDuration {
+			w.refuse(fmt.Errorf("oracle: member %s has had no owner for %s (since %s) after the world was quiet (since %s)",
+				c, w.now.Sub(since), since.Sub(simEpoch), s.quiet.Add(simLeaseDuration).Sub(simEpoch)))
+		}
+	}
+}
+
+// ownedAtHub: the member's fence is held by a running replica whose
+// deadline holds.
+func (w *world) ownedAtHub(c string) bool {
+	l := w.shard.leases[shard.FenceName(c)]
+	if l == nil {
+		return false
+	}
+	h := w.replicaNamed(ptr.Deref(l.Spec.HolderIdentity, ""))
+	return h != nil && w.now.Before(w.shard.renewed[h.name].Add(simBudget))
+}
+
+// shardSettled: nothing of sharding is under way; every registered member
+// is held by its assignee, which owns it, and by nobody else.
+func (w *world) shardSettled() error {
+	s := w.shard
+	if s.lead == nil || s.releasing || !w.now.Before(s.leadRenewed.Add(simBudget)) {
+		return fmt.Errorf("no leader (%s, releasing %v)", nameOf(s.lead), s.releasing)
+	}
+	for _, r := range w.running() {
+		h := r.sh
+		switch {
+		case h.paused || h.draining:
+			return fmt.Errorf("%s paused or draining", r.name)
+		case len(h.frees) > 0:
+			return fmt.Errorf("%s has frees pending", r.name)
+		case h.cache.Behind() > 0:
+			return fmt.Errorf("%s's Lease cache is behind", r.name)
+		}
+	}
+	names := w.members.Names()
+	for _, name := range sortedKeysOf(s.leases) {
+		l := s.leases[name]
+		if c := l.Labels[shard.LabelFenceCluster]; l.Labels[shard.LabelRole] == shard.RoleFence && !slices.Contains(names, c) {
+			return fmt.Errorf("unregistered %s still has a fence", c)
+		}
+	}
+	for _, c := range names {
+		l := s.leases[shard.FenceName(c)]
+		if l == nil {
+			return fmt.Errorf("member %s has no fence", c)
+		}
+		holder, to := ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[shard.AnnotationAssignedTo]
+		if holder == "" || holder != to {
+			return fmt.Errorf("member %s held by %q, assigned to %q", c, holder, to)
+		}
+		var owners []string
+		for _, r := range w.running() {
+			if ok, _ := r.sh.coord.Owns(c); ok {
+				owners = append(owners, r.name)
+			}
+		}
+		if len(owners) != 1 || owners[0] != holder {
+			return fmt.Errorf("member %s held by %s at the hub, owned by %v", c, holder, owners)
 		}
 	}
 	return nil
+}
+
+// shardQuiescent checks, once the run is quiet, that every registered
+// member has exactly one owner.
+func (w *world) shardQuiescent() error {
+	if err := w.shardSettled(); err != nil {
+		return fmt.Errorf("quiescent with sharding unsettled: %v", err)
+	}
+	return nil
+}
+
+// shardUpkeepOnly: every step enabled is a replica's lease upkeep or the
+// clock, and sharding is settled: the run is as quiet as a sharded one gets.
+func (w *world) shardUpkeepOnly(steps []step) bool {
+	for _, s := range steps {
+		if !isUpkeep(s.name) && !isClock(s.name) {
+			return false
+		}
+	}
+	return w.shardSettled() == nil
+}
+
+func isUpkeep(name string) bool { return len(name) > 7 && name[:7] == "lease: " }
+func isClock(name string) bool  { return len(name) > 5 && name[:5] == "clock" }
+
+// shardDue is when the next upkeep of a replica is due.
+func (w *world) shardDue() (time.Time, bool) {
+	var due time.Time
+	ok := false
+	for _, r := range w.running() {
+		h := r.sh
+		for _, at := range []time.Time{h.nextRenew, h.nextRecon, h.lagsUntil, h.pausedUntil} {
+			if at.After(w.now) && (!ok || at.Before(due)) {
+				due, ok = at, true
+			}
+		}
+	}
+	if s := w.shard; s.lead != nil {
+		if at := s.leadRenewed.Add(simLeaseDuration); at.After(w.now) && (!ok || at.Before(due)) {
+			due, ok = at, true
+		}
+	}
+	return due, ok
 }
 
 // shardWorkerSteps are a non-leading replica's own steps in a sharded seed:
@@ -590,18 +1132,20 @@ func (w *world) shardWorkerSteps(r *replica) []step {
 	return nil
 }
 
-func roleName(c string) string {
-	if c == "" {
-		return "the merging role"
+// stopShard ends the run's parked frees: each gives up (every call fails).
+func (w *world) stopShard() {
+	s := w.shard
+	s.mu.Lock()
+	s.over = true
+	s.mu.Unlock()
+	for _, r := range s.all {
+		r.sh.stop()
+		for _, t := range r.sh.frees {
+			if t.started {
+				close(t.abort)
+			}
+		}
 	}
-	return c
-}
-
-func nameOf(r *replica) string {
-	if r == nil {
-		return "nobody"
-	}
-	return r.name
 }
 
 func sortedKeysOf[V any](m map[string]V) []string {
@@ -611,4 +1155,11 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func nameOf(r *replica) string {
+	if r == nil {
+		return "nobody"
+	}
+	return r.name
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -22,9 +23,12 @@ type simWorker struct {
 	back   chan bool // true: parked before a call; false: its sync is done
 	parked bool
 	key    Key // the key of its sync, once it took one
-	// grant is what its replica owned when its sync started (sharded
-	// seeds), for the oracle.
-	grant simGrant
+	// until is the deadline of its sync's writes of each member, and
+	// mergeUntil of the merged ones, as the sync first saw them (sharded
+	// seeds): its context's, which the audit applies on the virtual clock.
+	until      map[string]time.Time
+	merging    bool
+	mergeUntil time.Time
 }
 
 // newWorkers starts n workers for r and parks its controller's API calls.
@@ -66,8 +70,8 @@ func (w *world) yield() {
 // sync.
 func (w *world) runWorker(sw *simWorker) {
 	starting := !sw.parked
-	if starting && w.shard != nil {
-		sw.grant = w.grant(sw.r)
+	if starting {
+		sw.until, sw.merging, sw.mergeUntil = map[string]time.Time{}, false, time.Time{}
 	}
 	w.current = sw
 	sw.resume <- struct{}{}
@@ -87,6 +91,9 @@ func (w *world) runWorker(sw *simWorker) {
 // workerSteps are the steps of r's workers: a parked one goes on; an idle
 // one takes a key when one is queued.
 func (w *world) workerSteps(r *replica) []step {
+	if r.sh != nil && r.sh.paused {
+		return nil
+	}
 	var out []step
 	busy := 0
 	for _, sw := range r.workers {
@@ -138,6 +145,9 @@ func (w *world) parkedWorkers() int {
 
 // stopWorkers ends the idle workers' goroutines once a run is over.
 func (w *world) stopWorkers() {
+	if w.shard != nil {
+		w.stopShard()
+	}
 	for _, r := range w.replicaList() {
 		for _, sw := range r.workers {
 			if !sw.parked {

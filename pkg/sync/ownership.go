@@ -87,11 +87,29 @@ func (c *Controller) OwnershipChanged(cluster string) {
 }
 
 // Busy reports whether a sync of one of a member's keys is in flight
-// ("": a clusterset key). A member handed over waits for them.
+// ("": a key the merging replica writes, a clusterset key or one of an
+// unregistered member). A member handed over waits for them, and so does
+// a leader before it releases its Lease.
 func (c *Controller) Busy(cluster string) bool {
 	c.retryingMu.Lock()
-	defer c.retryingMu.Unlock()
-	return c.busy[cluster] > 0
+	if cluster != "" {
+		defer c.retryingMu.Unlock()
+		return c.busy[cluster] > 0
+	}
+	members := make([]string, 0, len(c.busy))
+	for m := range c.busy {
+		members = append(members, m)
+	}
+	c.retryingMu.Unlock()
+	for _, m := range members {
+		if m == "" {
+			return true
+		}
+		if st, _ := c.members.Lookup(m); !st.Registered() {
+			return true
+		}
+	}
+	return false
 }
 
 // Weight is the number of endpoints the hub's slices hold of a member, as

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"slices"
@@ -90,7 +91,10 @@ func (s *memberStates) keys(cluster string) []Key {
 			set[k] = true
 		}
 	}
-	return slices.Collect(maps.Keys(set))
+	// In one order, so that the keys are queued alike every time.
+	return slices.SortedFunc(maps.Keys(set), func(a, b Key) int {
+		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
 }
 
 // has reports whether anything is kept of a member's keys.

@@ -43,15 +43,7 @@
 // member, which writes nothing on a converged hub. A fence whose holder is
 // dead is taken at once. A replica that shuts down marks its peer Lease
 // draining; the leader assigns its members elsewhere, and it exits once it
-// handed them over, or when its shutdown timeout ends.
-//
-// A replica whose peer Lease has gone unrenewed for the renew deadline will
-// count dead in LeaseDuration - RenewDeadline unless it renews: each other
-// replica then computes where the leader would assign that replica's
-// members without it, and connects to those it would get, so that it takes
-// them synced. It drops those connections if the replica renews again.
-// Only a replica that stopped renewing costs connections; no member has a
-// standby otherwise. A fence's writes are
+// handed them over, or when its shutdown timeout ends. A fence's writes are
 // independent of another's: a replica sends them in parallel, and reads a
 // dead holder's peer Lease once for all its fences.
 //

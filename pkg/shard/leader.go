@@ -17,7 +17,13 @@ import (
 // and writes the choice on its fence; it deletes the fences of unregistered
 // members nobody holds, and the peer Leases of replicas long dead.
 func (c *Coordinator) assign(ctx context.Context, names []string, fences map[string]fence) {
-	live := c.assignable(nil)
+	live := c.peers.live()
+	c.mu.Lock()
+	meLive := !c.draining && c.opts.Now().Before(c.deadline)
+	c.mu.Unlock()
+	if meLive && !slices.Contains(live, c.opts.Identity) {
+		live = append(live, c.opts.Identity)
+	}
 	if len(live) == 0 {
 		return // nobody to assign to: keep what is written
 	}
@@ -83,43 +89,4 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 			klog.V(2).InfoS("Could not delete a dead replica's peer Lease", "lease", l.name, "err", err)
 		}
 	}
-}
-
-// assignable lists the replicas members are assigned to: the live ones
-// that do not drain, this one included while its deadline holds, less
-// those in without.
-func (c *Coordinator) assignable(without map[string]bool) []string {
-	live := c.peers.live()
-	c.mu.Lock()
-	meLive := !c.draining && c.opts.Now().Before(c.deadline)
-	c.mu.Unlock()
-	if meLive && !slices.Contains(live, c.opts.Identity) {
-		live = append(live, c.opts.Identity)
-	}
-	return slices.DeleteFunc(live, func(id string) bool { return without[id] })
-}
-
-// successors returns the members this replica would be assigned should
-// the peers that stopped renewing die, of those such a peer holds or is
-// assigned: this replica connects to them while the peer's Lease runs out,
-// so that taking them finds their caches synced. Nil while every peer
-// renews.
-func (c *Coordinator) successors(names []string, fences map[string]fence) map[string]bool {
-	suspect := c.peers.suspects(c.opts.RenewDeadline)
-	delete(suspect, c.opts.Identity)
-	if len(suspect) == 0 {
-		return nil
-	}
-	live := c.assignable(suspect)
-	if !slices.Contains(live, c.opts.Identity) {
-		return nil
-	}
-	want := Assign(Weigh(names, c.syncer.Weight), live, c.opts.Bound)
-	out := map[string]bool{}
-	for _, n := range names {
-		if f := fences[n]; want[n] == c.opts.Identity && (suspect[f.holder] || suspect[f.assignedTo]) {
-			out[n] = true
-		}
-	}
-	return out
 }

@@ -153,21 +153,6 @@ func (p *peers) nextDeath() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// suspects are the peers alive and not draining whose Lease this replica
-// has not seen renewed for longer than after: they will count dead soon
-// unless it is.
-func (p *peers) suspects(after time.Duration) map[string]bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[string]bool{}
-	for id, r := range p.seen {
-		if age := p.now().Sub(r.observed); !r.draining && !r.gone && age > after && age < p.leaseDuration {
-			out[id] = true
-		}
-	}
-	return out
-}
-
 // live lists the replicas that are alive and not draining: those the
 // leader assigns members to.
 func (p *peers) live() []string {

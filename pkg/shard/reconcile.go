@@ -42,7 +42,6 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 	if c.opts.Leading != nil && c.opts.Leading() {
 		c.assign(ctx, names, fences)
 	}
-	early := c.successors(names, fences)
 	clusters := map[string]bool{}
 	for n := range registered {
 		clusters[n] = true
@@ -98,7 +97,7 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 	var changed []string
 	for _, st := range steps {
 		cluster, f := st.f.cluster, st.f
-		want := registered[cluster] && (f.assignedTo == c.opts.Identity || f.holder == c.opts.Identity || early[cluster])
+		want := registered[cluster] && (f.assignedTo == c.opts.Identity || f.holder == c.opts.Identity)
 		c.mu.Lock()
 		if _, h := c.held[cluster]; h {
 			want = registered[cluster]
@@ -120,9 +119,6 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
-	if n := countTrue(changed, early); n > 0 {
-		klog.InfoS("Connecting to the members a replica that stopped renewing would leave here", "members", n)
-	}
 	for _, cluster := range changed {
 		c.members.Reconsider(cluster)
 	}
@@ -199,15 +195,4 @@ func (c *Coordinator) do(ctx context.Context, act action, f fence) {
 		c.syncer.OwnershipChanged(f.cluster)
 		c.opts.Go(func() { c.free(ctx, f.cluster) })
 	}
-}
-
-// countTrue counts the names set in m.
-func countTrue(names []string, m map[string]bool) int {
-	n := 0
-	for _, name := range names {
-		if m[name] {
-			n++
-		}
-	}
-	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -21,10 +22,13 @@ import (
 
 // replicaResults are the figures of the sharded phase (-replicas N): N
 // daemon processes sharing the members, against the same hub after it was
-// emptied.
+// emptied. The phase runs -runs times: ColdSeconds and ServedAgainSeconds
+// are the medians of ColdRuns and ServedAgainRuns, the other figures the
+// last run's.
 type replicaResults struct {
 	Replicas    int     `json:"replicas"`
 	ColdSeconds float64 `json:"coldSeconds"`
+	ColdRuns    spread  `json:"coldSecondsRuns"`
 	// RSSBytes is each replica's resident memory at steady state.
 	RSSBytes []float64 `json:"rssBytes"`
 	// OwnedMembers is how many members each replica held then.
@@ -39,7 +43,35 @@ type replicaResults struct {
 	// in the hub (-1: some never were).
 	KilledMembers      int     `json:"killedMembers"`
 	ServedAgainSeconds float64 `json:"servedAgainSeconds"`
+	ServedAgainRuns    spread  `json:"servedAgainSecondsRuns"`
 	LeaseSeconds       float64 `json:"leaseSeconds"`
+}
+
+// runReplicaPhases runs the sharded phase -runs times, and keeps the
+// medians of its timed figures.
+func runReplicaPhases(ctx context.Context, c *config, r *results, f *fleet, hub *testenv.Cluster, tmp string, ch *changer) error {
+	var cold, served []float64
+	never := false
+	for i := range c.runs {
+		logf("replicas: run %d of %d", i+1, c.runs)
+		if err := runReplicas(ctx, c, r, f, hub, filepath.Join(tmp, "replicas-run-"+strconv.Itoa(i+1)), ch); err != nil {
+			return err
+		}
+		cold = append(cold, r.Replicas.ColdSeconds)
+		if r.Replicas.Replicas >= 2 {
+			served = append(served, r.Replicas.ServedAgainSeconds)
+			never = never || r.Replicas.ServedAgainSeconds < 0
+		}
+	}
+	rr := &r.Replicas
+	rr.ColdRuns, rr.ColdSeconds = spreadOf(cold), median(cold)
+	if len(served) > 0 {
+		rr.ServedAgainRuns, rr.ServedAgainSeconds = spreadOf(served), median(served)
+		if never {
+			rr.ServedAgainSeconds = -1
+		}
+	}
+	return nil
 }
 
 // replicaLease is the peer and leader Lease duration of the sharded phase,
@@ -51,6 +83,9 @@ const replicaLease = 15 * time.Second
 // memory, a graceful handover and a SIGKILL.
 func runReplicas(ctx context.Context, c *config, r *results, f *fleet, hub *testenv.Cluster, tmp string, ch *changer) (retErr error) {
 	logf("replicas: emptying the hub for %d sharing replicas", c.replicas)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
 	out, err := exec.CommandContext(ctx, c.binary, "cleanup", "--kubeconfig", hub.KubeconfigPath, "--hub-context", "hub",
 		"-n", daemonNamespace, "--force", "--leader-election-id", "endpoint-aggregator").CombinedOutput()
 	if err != nil {

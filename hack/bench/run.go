@@ -110,7 +110,7 @@ func run(ctx context.Context, c *config) (_ *results, retErr error) {
 		return nil, err
 	}
 	if c.replicas > 0 {
-		if err := runReplicas(ctx, c, r, f, hub, tmp, ch); err != nil {
+		if err := runReplicaPhases(ctx, c, r, f, hub, tmp, ch); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"sort"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/workqueue"
@@ -84,6 +85,12 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 		}
 		steps = append(steps, step{act, f})
 	}
+	// A member assigned here is connected while its fence is taken, not
+	// after: the connection's first list is most of a takeover, and the
+	// sync writes nothing before Owns says so.
+	for _, cluster := range c.updateWanted(fences, registered, clusters) {
+		c.members.Reconsider(cluster)
+	}
 	// The fences' writes are independent, each conditional on the fence
 	// as read: they go in parallel, so that taking over a dead replica's
 	// hundreds of members is not hundreds of round trips in a row. Whether
@@ -94,24 +101,7 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 		}
 	}
 	workqueue.ParallelizeUntil(ctx, fenceWriters, len(steps), func(i int) { c.do(ctx, steps[i].act, steps[i].f) })
-	var changed []string
-	for _, st := range steps {
-		cluster, f := st.f.cluster, st.f
-		want := registered[cluster] && (f.assignedTo == c.opts.Identity || f.holder == c.opts.Identity)
-		c.mu.Lock()
-		if _, h := c.held[cluster]; h {
-			want = registered[cluster]
-		}
-		if c.wanted[cluster] != want {
-			if want {
-				c.wanted[cluster] = true
-			} else {
-				delete(c.wanted, cluster)
-			}
-			changed = append(changed, cluster)
-		}
-		c.mu.Unlock()
-	}
+	changed := c.updateWanted(fences, registered, clusters)
 	c.mu.Lock()
 	for cluster := range c.unownedSince {
 		if !clusters[cluster] {
@@ -136,6 +126,31 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 	}
 	c.assigned = assigned
 	c.mu.Unlock()
+}
+
+// updateWanted brings the members this replica connects to in line with
+// the fences and what it holds, and returns those that changed.
+func (c *Coordinator) updateWanted(fences map[string]fence, registered, clusters map[string]bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var changed []string
+	for cluster := range clusters {
+		f := fences[cluster]
+		want := registered[cluster] && (f.assignedTo == c.opts.Identity || f.holder == c.opts.Identity)
+		if _, h := c.held[cluster]; h {
+			want = registered[cluster]
+		}
+		if c.wanted[cluster] != want {
+			if want {
+				c.wanted[cluster] = true
+			} else {
+				delete(c.wanted, cluster)
+			}
+			changed = append(changed, cluster)
+		}
+	}
+	sort.Strings(changed)
+	return changed
 }
 
 // note keeps the times the metrics report: since when a member is assigned

@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -364,15 +365,38 @@ func checkEndpoint(at discoveryv1.AddressType, ep *discoveryv1.Endpoint) string 
 		return "invalid zone"
 	}
 	if ep.Hints != nil {
+		zones := make([]string, 0, len(ep.Hints.ForZones))
 		for _, z := range ep.Hints.ForZones {
-			if len(validation.IsValidLabelValue(z.Name)) > 0 {
-				return "invalid zone hint"
-			}
+			zones = append(zones, z.Name)
 		}
+		if why := checkHints("zone", zones, maxHints, func(z string) bool { return len(validation.IsValidLabelValue(z)) == 0 }); why != "" {
+			return why
+		}
+		nodes := make([]string, 0, len(ep.Hints.ForNodes))
 		for _, n := range ep.Hints.ForNodes {
-			if len(validation.IsDNS1123Subdomain(n.Name)) > 0 {
-				return "invalid node hint"
-			}
+			nodes = append(nodes, n.Name)
+		}
+		return checkHints("node", nodes, maxHints, func(n string) bool { return len(validation.IsDNS1123Subdomain(n)) == 0 })
+	}
+	return ""
+}
+
+// maxHints is the API's bound on an endpoint's zone hints, and on its node
+// hints.
+const maxHints = 8
+
+// checkHints says what the API would refuse in one kind of an endpoint's
+// hints: more than limit, one named twice, or an invalid name.
+func checkHints(kind string, names []string, limit int, valid func(string) bool) string {
+	if len(names) > limit {
+		return fmt.Sprintf("%d %s hints, over %d", len(names), kind, limit)
+	}
+	for i, n := range names {
+		if !valid(n) {
+			return "invalid " + kind + " hint"
+		}
+		if slices.Contains(names[:i], n) {
+			return "duplicate " + kind + " hint"
 		}
 	}
 	return ""

@@ -266,6 +266,58 @@ func TestProjectionRefusesInvalidNames(t *testing.T) {
 	}
 }
 
+// The API refuses more than 8 zone or node hints on an endpoint, and a
+// hint named twice: such an endpoint is refused alone, and the others of
+// its slice still arrive. Eight distinct hints are kept.
+func TestProjectionRefusesHintsPastTheAPIsLimits(t *testing.T) {
+	zones := func(names ...string) *discoveryv1.EndpointHints {
+		h := &discoveryv1.EndpointHints{}
+		for _, n := range names {
+			h.ForZones = append(h.ForZones, discoveryv1.ForZone{Name: n})
+		}
+		return h
+	}
+	nodes := func(names ...string) *discoveryv1.EndpointHints {
+		h := &discoveryv1.EndpointHints{}
+		for _, n := range names {
+			h.ForNodes = append(h.ForNodes, discoveryv1.ForNode{Name: n})
+		}
+		return h
+	}
+	names := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("z%d", i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		hints  *discoveryv1.EndpointHints
+		detail string // "": kept
+	}{
+		{zones(names(8)...), ""},
+		{nodes(names(8)...), ""},
+		{zones(names(9)...), "9 zone hints, over 8"},
+		{nodes(names(9)...), "9 node hints, over 8"},
+		{zones("a", "b", "a"), "duplicate zone hint"},
+		{nodes("n1", "n1"), "duplicate node hint"},
+	} {
+		bad := endpoint("10.0.0.1", true)
+		bad.Hints = tc.hints
+		m := ProjectSlice(memberSlice("s", discoveryv1.AddressTypeIPv4, httpPorts, bad, endpoint("10.0.0.2", true)))
+		var invalid []string
+		for _, iv := range m.Invalid {
+			invalid = append(invalid, iv.Detail)
+		}
+		switch {
+		case tc.detail == "" && (len(m.Endpoints) != 2 || len(invalid) != 0):
+			t.Errorf("hints %+v: %d endpoints kept, refused %q; want both kept", tc.hints, len(m.Endpoints), invalid)
+		case tc.detail != "" && (len(m.Endpoints) != 1 || m.Endpoints[0].Addr().String() != "10.0.0.2" || !slices.Equal(invalid, []string{tc.detail})):
+			t.Errorf("hints %+v: %d endpoints kept, refused %q; want 10.0.0.2 kept and %q", tc.hints, len(m.Endpoints), invalid, tc.detail)
+		}
+	}
+}
+
 // The projection keeps what the sync reads of a slice and shares nothing
 // with it.
 func TestProjectSliceKeepsWhatTheSyncReads(t *testing.T) {

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,11 +57,15 @@ func ExportRecord(e Export) string {
 	for _, p := range spec.Ports {
 		r.Ports = append(r.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: protocolOrTCP(p.Protocol), AppProtocol: p.AppProtocol, Port: p.Port})
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
+	// Not json.Marshal: it writes each <, > and & as six bytes, and a member
+	// could blow a record up sixfold with them.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
 		panic(fmt.Sprintf("encoding an export record: %v", err)) // plain data: cannot fail
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // ParseExportRecord returns the export of service namespace/name from

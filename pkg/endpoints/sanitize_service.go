@@ -8,10 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// maxExportedAnnotationsSize bounds the exported annotations of one
-// export, as the API server bounds an object's annotations.
-const maxExportedAnnotationsSize = 256 * 1024
-
 // maxClientIPAffinitySeconds is the API's limit on a session affinity
 // timeout (a day).
 const maxClientIPAffinitySeconds = 86400
@@ -117,7 +113,7 @@ func servicePortProblem(p corev1.ServicePort, n int, seen map[string]bool) strin
 // SanitizeExported returns the exported labels (annotations false) or
 // annotations (true) of a ServiceExport that the hub can hold on its
 // ServiceImport: labels with valid keys and values, annotations with valid
-// keys and, together, no more than the API's 256 KiB; and what it removed.
+// keys; and what it removed. Their size is FitExport's to bound.
 // m is not modified; it is returned as it is when clean.
 func SanitizeExported(m map[string]string, annotations bool) (map[string]string, []string) {
 	var problems []string
@@ -130,15 +126,10 @@ func SanitizeExported(m map[string]string, annotations bool) (map[string]string,
 		}
 		return ""
 	}
-	size := 0
 	for k, v := range m {
-		size += len(k) + len(v)
 		if why := bad(k, v); why != "" {
 			problems = append(problems, fmt.Sprintf("%q %s", k, why))
 		}
-	}
-	if annotations && size > maxExportedAnnotationsSize {
-		return nil, []string{fmt.Sprintf("exported annotations of %d bytes, over %d", size, maxExportedAnnotationsSize)}
 	}
 	if len(problems) == 0 {
 		return m, nil

@@ -76,10 +76,6 @@ func TestSanitizeExported(t *testing.T) {
 	if len(got) != 1 || got["note"] == "" || len(problems) != 1 {
 		t.Errorf("annotations: %v, %q; want note only", got, problems)
 	}
-	huge := map[string]string{"a": strings.Repeat("x", maxExportedAnnotationsSize)}
-	if got, problems := SanitizeExported(huge, true); got != nil || len(problems) != 1 {
-		t.Errorf("oversized annotations: %v, %q; want none and one problem", got, problems)
-	}
 	clean := map[string]string{"tier": "web"}
 	if got, problems := SanitizeExported(clean, false); len(got) != 1 || problems != nil {
 		t.Errorf("clean labels changed: %v, %q", got, problems)

@@ -180,7 +180,9 @@ type Controller struct {
 	// workqueue does not count them in Len.
 	retryingMu stdsync.Mutex
 	retrying   map[Key]struct{}
-	inFlight   int
+	// failures decides which sync failures are logged loud.
+	failures *failureLog
+	inFlight int
 	// busy counts the syncs in flight by member ("": clusterset keys).
 	busy map[string]int
 	// coalescing holds the clusterset keys added after mergeCoalesce and
@@ -250,6 +252,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		started:    make(chan struct{}),
 		stopped:    make(chan struct{}),
 		retrying:   map[Key]struct{}{},
+		failures:   newFailureLog(opts.Clock.Now),
 		busy:       map[string]int{},
 		coalescing: map[Key]struct{}{},
 		policy:     newPolicyTimers(opts.Clock),
@@ -466,6 +469,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
+		c.failures.forget(key)
 		c.queue.Forget(key)
 		c.setRetrying(key, false)
 	case errors.Is(err, errStaleCache):
@@ -484,7 +488,13 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, conflictRetry)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
-		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		// Said at the default verbosity when new, so that a write the hub
+		// keeps refusing is never silent; repeats go to V(2).
+		if c.failures.loud(key, err) {
+			klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		} else {
+			klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		}
 		c.setRetrying(key, true)
 		c.queue.AddRateLimited(key)
 	}

@@ -70,6 +70,14 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt)
 		e.ExportedLabels, problems = sanitizeExported(e.ExportedLabels, false, problems)
 		e.ExportedAnnotations, problems = sanitizeExported(e.ExportedAnnotations, true, problems)
+		// What would not fit in the hub objects is cut for this export
+		// alone: one member must not make the shared import unwritable.
+		var tooBig string
+		if ok {
+			var cut []string
+			e, cut, tooBig = endpoints.FitExport(e)
+			problems = append(problems, cut...)
+		}
 		if ok {
 			out.invalidExport = problems
 		}
@@ -94,9 +102,14 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 					return err
 				}
 			}
-			if why := c.state.judge(key, e.Created.Time, n, out.census); why != "" {
-				// Past the member's bounds: not imported, as if not
-				// exported; its ServiceExport and an Event say why.
+			why := tooBig
+			if why == "" {
+				why = c.state.judge(key, e.Created.Time, n, out.census)
+			}
+			if why != "" {
+				// Too big for the hub, or past the member's bounds: not
+				// imported, as if not exported; its ServiceExport and an
+				// Event say why.
 				out.export.admitted, out.exportRefused = false, why
 			} else {
 				src = &clean

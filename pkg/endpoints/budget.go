@@ -1,0 +1,77 @@
+package endpoints
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// maxAnnotationsSize is the API server's bound on an object's annotations,
+// keys and values together.
+const maxAnnotationsSize = 256 * 1024
+
+// ownAnnotationsRoom is what an object keeps of maxAnnotationsSize for the
+// annotations of ours written beside an export's (the derived Service's
+// name, which is bounded by name lengths) and for those someone else may
+// have set on our objects.
+const ownAnnotationsRoom = 4 * 1024
+
+// exportBudget is how much of its hub objects' annotations one export may
+// take: on the ServiceImport, its exported annotations with the lists of
+// exported keys; on its MCS slices, its export record.
+const exportBudget = maxAnnotationsSize - ownAnnotationsRoom
+
+// FitExport returns e with what would not fit in the hub objects built
+// from it cut, and what was cut. The ServiceImport carries the exported
+// annotations and the lists of exported keys; every MCS slice of the
+// source carries the export record, exported labels and annotations
+// included. Over the budget, the exported annotations go first, then the
+// exported labels, so that the other exports of the service are imported
+// as if this one had exported nothing extra. refused is why the export
+// cannot be imported at all: its record is over the budget without them.
+// e is not modified.
+func FitExport(e Export) (fit Export, cut []string, refused string) {
+	fit = e
+	if size := exportSize(fit); size > exportBudget && len(fit.ExportedAnnotations) > 0 {
+		cut = append(cut, fmt.Sprintf("exported annotations cut: with them the hub objects of this export would carry %d bytes of annotations, over the %d the daemon keeps for an export", size, exportBudget))
+		fit.ExportedAnnotations = nil
+	}
+	if size := exportSize(fit); size > exportBudget && len(fit.ExportedLabels) > 0 {
+		cut = append(cut, fmt.Sprintf("exported labels cut: with them the hub objects of this export would carry %d bytes of annotations, over the %d the daemon keeps for an export", size, exportBudget))
+		fit.ExportedLabels = nil
+	}
+	if size := exportSize(fit); size > exportBudget {
+		refused = fmt.Sprintf("the export record of this Service is %d bytes (its ports), over the %d the hub's annotations can hold", size, exportBudget)
+	}
+	return fit, cut, refused
+}
+
+// exportSize is the larger of what e adds to the ServiceImport's
+// annotations and the size of its export record.
+func exportSize(e Export) int {
+	return max(importAnnotationsSize(e.ExportedLabels, e.ExportedAnnotations), len(ExportRecord(e)))
+}
+
+// importAnnotationsSize is the size of the annotations setImportMeta
+// writes for these exported labels and annotations, ours that are not
+// bounded by name lengths included.
+func importAnnotationsSize(labels, annotations map[string]string) int {
+	n := 0
+	for k, v := range annotations {
+		n += len(k) + len(v)
+	}
+	keys := func(m map[string]string) int {
+		if len(m) == 0 {
+			return 0
+		}
+		return len(strings.Join(slices.Collect(maps.Keys(m)), ","))
+	}
+	if len(labels) > 0 {
+		n += len(AnnotationExportedLabels) + keys(labels)
+	}
+	if len(annotations) > 0 {
+		n += len(AnnotationExportedAnnotations) + keys(annotations)
+	}
+	return n
+}

@@ -94,6 +94,10 @@ type Member struct {
 	HubServiceTaken bool
 	HubEndpoints    *corev1.Endpoints
 	HubSlices       []*discoveryv1.EndpointSlice
+	// SyncError is the daemon's word on writing this member's hub objects
+	// of the service while that fails (its SyncFailed Event, with the
+	// hub's answer, when no SyncRecovered came after); "" otherwise.
+	SyncError string
 }
 
 // Report is the answer.
@@ -496,6 +500,9 @@ func verdict(in Input, m Member, record *endpoints.Export, merged *endpoints.Imp
 	}
 	if in.Import != nil && in.Import.Labels[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
 		return fmt.Sprintf("not imported: the hub's ServiceImport %s/%s is not managed by endpoint-aggregator; it is left alone", ns, in.Name)
+	}
+	if m.SyncError != "" {
+		return "failing: " + m.SyncError
 	}
 	if record == nil {
 		return "pending: the hub holds no slices of this cluster yet (is the daemon running, and leading?)"

@@ -127,6 +127,12 @@ func TestBuildVerdicts(t *testing.T) {
 			m.HubSlices = nil
 			in.Members, in.Import = []Member{m}, nil
 		}, "pending: the hub holds no slices of this cluster yet"},
+		{"the hub refuses its objects", func(in *Input) {
+			m := healthy("east", 80, time.Hour)
+			m.HubSlices = nil
+			m.SyncError = `cluster east: writing its hub objects of shop/cart fails, retrying: EndpointSlice.discovery.k8s.io "x" is invalid: metadata.annotations: Too long`
+			in.Members, in.Import = []Member{m}, nil
+		}, "failing: cluster east: writing its hub objects of shop/cart fails, retrying: EndpointSlice.discovery.k8s.io \"x\" is invalid"},
 		{"port conflict", func(in *Input) {
 			in.Members = []Member{healthy("east", 8080, time.Minute), healthy("west", 80, time.Hour)}
 			in.Import = imported("east", "west")

@@ -469,7 +469,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
-		c.failures.forget(key)
+		c.reportRecovery(key)
 		c.queue.Forget(key)
 		c.setRetrying(key, false)
 	case errors.Is(err, errStaleCache):
@@ -488,13 +488,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, conflictRetry)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
-		// Said at the default verbosity when new, so that a write the hub
-		// keeps refusing is never silent; repeats go to V(2).
-		if c.failures.loud(key, err) {
-			klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
-		} else {
-			klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
-		}
+		c.reportFailure(key, err)
 		c.setRetrying(key, true)
 		c.queue.AddRateLimited(key)
 	}

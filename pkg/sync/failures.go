@@ -1,8 +1,13 @@
 package sync
 
 import (
+	"fmt"
 	stdsync "sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // failureRepeat is how long a key that keeps failing the same way waits
@@ -41,9 +46,59 @@ func (l *failureLog) loud(key Key, err error) bool {
 	return true
 }
 
-// forget drops what was said of key.
-func (l *failureLog) forget(key Key) {
+// forget drops what was said of key, and reports whether there was any.
+func (l *failureLog) forget(key Key) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	_, ok := l.said[key]
 	delete(l.said, key)
+	return ok
+}
+
+// Event reasons on a ServiceImport for a key whose sync keeps failing (the
+// hub refuses a write, or cannot be reached), and for its recovery.
+const (
+	ReasonSyncFailed    = "SyncFailed"
+	ReasonSyncRecovered = "SyncRecovered"
+)
+
+// reportFailure says a new failure of key where an operator looks: the log
+// at the default verbosity and a Warning Event on the service's
+// ServiceImport, with the hub's own answer. Repeats of the same failure go
+// to V(2) until failureRepeat has passed.
+func (c *Controller) reportFailure(key Key, err error) {
+	if !c.failures.loud(key, err) {
+		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		return
+	}
+	klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+	c.recorder.Event(importRef(key), corev1.EventTypeWarning, ReasonSyncFailed, failureSubject(key)+" fails, retrying: "+err.Error())
+}
+
+// reportRecovery says that key, whose failure was said, synced.
+func (c *Controller) reportRecovery(key Key) {
+	if !c.failures.forget(key) {
+		return
+	}
+	klog.InfoS("Sync succeeded again", "cluster", key.Cluster, "key", key.String())
+	c.recorder.Event(importRef(key), corev1.EventTypeNormal, ReasonSyncRecovered, failureSubject(key)+" succeeds again")
+}
+
+// failureSubject names what a key's sync writes, for its Events: "cluster
+// c1: writing its hub objects of ns/name" (explain reads the prefix) or
+// "merging ns/name".
+func failureSubject(key Key) string {
+	if key.IsClusterSet() {
+		return fmt.Sprintf("merging %s/%s", key.Namespace, key.Name)
+	}
+	return fmt.Sprintf("cluster %s: writing its hub objects of %s/%s", key.Cluster, key.Namespace, key.Name)
+}
+
+// importRef is the ServiceImport of a key's service, the object Events
+// about the service go on (whether or not the hub has it).
+func importRef(key Key) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
+		Namespace: key.Namespace, Name: key.Name,
+	}
 }

@@ -2,8 +2,19 @@ package sync
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 )
 
 // A key's failure is said loud when new, when its message changes, and
@@ -38,5 +49,51 @@ func TestFailuresAreSaidLoudOncePerCause(t *testing.T) {
 	}
 	if l.loud(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, refused) != true {
 		t.Error("another key's first failure was not said")
+	}
+}
+
+// A write the hub refuses is never silent: the failing sync raises one
+// SyncFailed Event with the hub's answer on the service's ServiceImport,
+// counts in hub_write_refusals_total by resource, verb and reason, and once
+// the hub accepts the write a SyncRecovered Event follows.
+func TestAWriteTheHubRefusesIsSaidOnceWithTheHubsAnswer(t *testing.T) {
+	rec := record.NewFakeRecorder(50)
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, Options{Recorder: rec, Metrics: NewMetrics(reg)}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{addressedSlice("10.1.0.1")}
+	refuse := true
+	f.hub.PrependReactor("create", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !refuse {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}, "x",
+			field.ErrorList{field.TooLong(field.NewPath("metadata", "annotations"), "", 262144)})
+	})
+	f.ctrl.queue.Add(cartC1)
+	for range 3 {
+		f.ctrl.processNext(f.ctx)
+		f.ctrl.queue.Forget(cartC1) // no backoff: the next round is at once
+		if f.ctrl.queue.Len() == 0 {
+			f.ctrl.queue.Add(cartC1)
+		}
+	}
+	var failed []string
+	for _, e := range drainEvents(rec) {
+		if strings.Contains(e, ReasonSyncFailed) {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) != 1 || !strings.Contains(failed[0], "cluster c1: writing its hub objects of shop/cart fails") || !strings.Contains(failed[0], "Too long") {
+		t.Errorf("SyncFailed Events %q, want one with the hub's answer", failed)
+	}
+	if n := gathered(t, reg, "endpoint_aggregator_hub_write_refusals_total", "reason", "Invalid"); n < 2 {
+		t.Errorf("hub_write_refusals_total{reason=Invalid} = %v, want at least 2 (one per failed sync)", n)
+	}
+	refuse = false
+	f.drain()
+	if events := drainEvents(rec); !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, ReasonSyncRecovered) }) {
+		t.Errorf("no SyncRecovered Event after the hub accepted the write: %q", events)
 	}
 }

@@ -48,6 +48,11 @@ type Metrics struct {
 	// (create, update, update_status, delete) and result (success, error,
 	// conflict, not_found).
 	HubWrites *prometheus.CounterVec
+	// HubWriteRefusals counts the hub writes that failed other than by a
+	// conflict or a missing object, by resource, verb and the API's reason
+	// (Invalid, RequestEntityTooLarge, Forbidden, ...; Other for an error
+	// without one, such as a timeout on the way).
+	HubWriteRefusals *prometheus.CounterVec
 	// HubRequests counts every request sent to the hub API server, reads
 	// and watches too, by client (hub, lease) and verb (get, list, watch,
 	// create, update, patch, delete, deletecollection, other). Only the
@@ -87,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "hub_writes_total",
 			Help: "API writes to the hub, by resource, verb and result.",
 		}, []string{"resource", "verb", "result"}),
+		HubWriteRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "hub_write_refusals_total",
+			Help: "Hub writes that failed other than by a conflict or a missing object, by resource, verb and the API's reason (Other: none given).",
+		}, []string{"resource", "verb", "reason"}),
 		HubRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "hub_requests_total",
 			Help: "Requests sent to the hub API server, by client (hub, lease) and verb (get, list, watch, create, update, patch, delete, deletecollection, other).",
@@ -122,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Conflicts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.HubRequests, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.HubWriteRefusals, m.HubRequests, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
 	}
 	return m
 }

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -30,10 +29,7 @@ const (
 // not the hub has it: it is the object an operator looks at for the
 // service) and a log line. The gauge refused_member_endpoints counts them.
 func (c *Controller) reportRefused(key Key, r *endpoints.Refusals) {
-	ref := &corev1.ObjectReference{
-		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
-		Namespace: key.Namespace, Name: key.Name,
-	}
+	ref := importRef(key)
 	if r == nil || r.Total() == 0 {
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonEndpointsAccepted,
 			"cluster %s: no endpoint of its export is refused any more", key.Cluster)
@@ -54,10 +50,7 @@ func refusalMessage(cluster string, r *endpoints.Refusals) string {
 // reportAdmission says that a member key's export was refused under its
 // member's bounds, or admitted again, on the service's ServiceImport.
 func (c *Controller) reportAdmission(key Key, admitted bool, why string) {
-	ref := &corev1.ObjectReference{
-		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
-		Namespace: key.Namespace, Name: key.Name,
-	}
+	ref := importRef(key)
 	if admitted {
 		c.recorder.Eventf(ref, corev1.EventTypeNormal, ReasonExportAdmitted, "cluster %s: its export is within the member's bounds again and imported", key.Cluster)
 		klog.InfoS("Member export admitted", "cluster", key.Cluster, "key", key.String())
@@ -74,10 +67,7 @@ func (c *Controller) reportInvalidExport(key Key, problems []string) {
 		klog.InfoS("Member export valid again", "cluster", key.Cluster, "key", key.String())
 		return
 	}
-	ref := &corev1.ObjectReference{
-		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
-		Namespace: key.Namespace, Name: key.Name,
-	}
+	ref := importRef(key)
 	msg := fmt.Sprintf("cluster %s: its export of %s/%s has what the hub would refuse; ignored: %s", key.Cluster, key.Namespace, key.Name, strings.Join(problems, "; "))
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonInvalidExport, msg)
 	klog.InfoS("Invalid member export", "cluster", key.Cluster, "key", key.String(), "message", msg)

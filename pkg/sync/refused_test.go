@@ -62,8 +62,8 @@ func refusedGauge(t *testing.T, reg *prometheus.Registry, cluster string, reason
 	return gathered(t, reg, "endpoint_aggregator_refused_member_endpoints", "cluster", cluster, "reason", reason.String())
 }
 
-// gathered reads the gauge name with the label values kv (name, value,
-// ...) from reg; -1 when there is no such series.
+// gathered reads the gauge or counter name with the label values kv (name,
+// value, ...) from reg; -1 when there is no such series.
 func gathered(t *testing.T, reg *prometheus.Registry, name string, kv ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -84,6 +84,9 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, kv ...string)
 				if labels[kv[i]] != kv[i+1] {
 					continue series
 				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
 			}
 			return m.GetGauge().GetValue()
 		}

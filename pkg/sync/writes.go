@@ -297,7 +297,15 @@ func conflictsIn(err error) []*conflictError {
 // countWrite and countMemberWrite count one write to the hub or to a
 // member, by its result: the accounting of the write step itself.
 func (w *hubWriter) countWrite(resource, verb string, err error) {
-	w.metrics.HubWrites.WithLabelValues(resource, verb, resultOf(err)).Inc()
+	result := resultOf(err)
+	w.metrics.HubWrites.WithLabelValues(resource, verb, result).Inc()
+	if result == resultError {
+		reason := string(apierrors.ReasonForError(err))
+		if reason == "" {
+			reason = "Other"
+		}
+		w.metrics.HubWriteRefusals.WithLabelValues(resource, verb, reason).Inc()
+	}
 }
 
 func (w *hubWriter) countMemberWrite(err error) {

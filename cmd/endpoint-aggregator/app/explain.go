@@ -18,6 +18,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -231,6 +232,13 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 	if svc, err := hub.kube.CoreV1().Services(o.namespace).Get(ctx, endpoints.DerivedServiceName(o.namespace, o.service), metav1.GetOptions{}); err == nil {
 		in.Derived = svc
 	}
+	syncErrors := map[string]string{}
+	if list, err := hub.kube.CoreV1().Events(o.namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "ServiceImport", "involvedObject.name": o.service}.String()}); err != nil {
+		warn("listing the ServiceImport's Events: %v; a failing sync is not shown", err)
+	} else {
+		syncErrors = failingSyncs(list.Items)
+	}
 	hubSlices := map[string][]*discoveryv1.EndpointSlice{}
 	if list, err := hub.kube.DiscoveryV1().EndpointSlices(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{
 		mcsv1beta1.LabelServiceName: o.service, discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()}); err != nil {
@@ -273,6 +281,7 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		m.Lease = leases[m.Name]
 		m.Owner = owners[m.Name]
 		m.HubSlices = hubSlices[m.Name]
+		m.SyncError = syncErrors[m.Name]
 		o.readHubPart(ctx, hub, &m)
 		if kube != nil {
 			m.Read = true
@@ -519,6 +528,34 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 // fenceOwners describes, from the Leases of the daemon's namespace, who
 // writes each member's hub objects when replicas share the members, as
 // status's OWNER column does.
+// failingSyncs returns, by cluster, the message of its newest SyncFailed
+// Event among events (a service's ServiceImport's), when no SyncRecovered
+// came after it. The daemon's messages start with "cluster NAME: ".
+func failingSyncs(events []corev1.Event) map[string]string {
+	newest := map[string]*corev1.Event{}
+	for i := range events {
+		e := &events[i]
+		if e.Reason != easync.ReasonSyncFailed && e.Reason != easync.ReasonSyncRecovered {
+			continue
+		}
+		rest, ok := strings.CutPrefix(e.Message, "cluster ")
+		cluster, _, found := strings.Cut(rest, ": ")
+		if !ok || !found {
+			continue
+		}
+		if n := newest[cluster]; n == nil || eventBefore(n, e) {
+			newest[cluster] = e
+		}
+	}
+	out := map[string]string{}
+	for cluster, e := range newest {
+		if e.Reason == easync.ReasonSyncFailed {
+			out[cluster] = e.Message
+		}
+	}
+	return out
+}
+
 func fenceOwners(leases []coordinationv1.Lease, now time.Time) map[string]string {
 	out := map[string]string{}
 	for c, o := range fenceOwnership(leases, now) {

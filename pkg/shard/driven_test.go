@@ -272,3 +272,42 @@ func TestLeaderDeletesAPeerLeaseOnlyAsSeen(t *testing.T) {
 		}
 	}
 }
+
+// A leader that has not written its own peer Lease yet assigns nothing:
+// assigning then would leave itself out, and move its share to it a moment
+// later, each member a handover (the 3-replica cold start of the sharding
+// issue). Once its Lease is written, it assigns itself its share at once.
+func TestTheLeaderAssignsOnlyOnceItsOwnLeaseIsWritten(t *testing.T) {
+	d := newDriven(t)
+	var names []string
+	for i := range 30 {
+		names = append(names, fmt.Sprintf("m%d", i))
+	}
+	d.leader = "a"
+	a := d.add("a", names...)
+	d.add("b", names...)
+	d.add("c", names...)
+	d.step("b", "c")
+	a.cache.Catch(-1)
+	a.c.Reconcile(context.Background()) // before a's first renewal
+	for _, n := range names {
+		if l := d.hub.Get(FenceName(n)); l != nil {
+			t.Fatalf("%s assigned to %q before the leader's own Lease was written", n, fenceOf(l).assignedTo)
+		}
+	}
+	d.step("a", "b", "c")
+	d.step("a", "b", "c")
+	mine := 0
+	for _, n := range names {
+		f := d.fence(n)
+		if f.assignedTo == "a" {
+			mine++
+		}
+		if f.holder != f.assignedTo {
+			t.Errorf("%s held by %q, assigned to %q: a handover where none was needed", n, f.holder, f.assignedTo)
+		}
+	}
+	if mine == 0 {
+		t.Errorf("the leader assigned itself none of %d members", len(names))
+	}
+}

@@ -20,7 +20,14 @@ func (c *Coordinator) assign(ctx context.Context, names []string, fences map[str
 	live := c.peers.live()
 	c.mu.Lock()
 	meLive := !c.draining && c.opts.Now().Before(c.deadline)
+	unrenewed := !c.draining && c.deadline.IsZero()
 	c.mu.Unlock()
+	if unrenewed {
+		// Its own peer Lease is not written yet: assigning now would leave
+		// this replica out, and move a share of the members to it a moment
+		// later, each a handover. Renew kicks a Reconcile when it is.
+		return
+	}
 	if meLive && !slices.Contains(live, c.opts.Identity) {
 		live = append(live, c.opts.Identity)
 	}

@@ -57,6 +57,7 @@ func (c *Coordinator) Renew(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
+	first := c.deadline.IsZero()
 	lapsed := !c.opts.Now().Before(c.deadline)
 	if lapsed {
 		c.epoch++
@@ -67,9 +68,12 @@ func (c *Coordinator) Renew(ctx context.Context) {
 	c.peerLease = l
 	stale := lapsed && len(c.held) > 0
 	c.mu.Unlock()
-	if stale {
+	switch {
+	case stale:
 		klog.InfoS("Peer Lease renewed after this replica's deadline; confirming its fences before writing again")
 		c.Kick()
+	case first:
+		c.Kick() // a leader assigns only once its own Lease is written
 	}
 }
 

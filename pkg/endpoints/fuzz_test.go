@@ -182,6 +182,16 @@ func TestSanitizeDropsWhatTheHubWouldReject(t *testing.T) {
 	if dropped := refused.Total(); dropped != 500 || len(out.Slices[0].Endpoints) != maxMemberSliceEndpoints {
 		t.Fatalf("oversized slice: dropped %d, kept %d", dropped, len(out.Slices[0].Endpoints))
 	}
+	// So is one with more ports than the API allows: its endpoints are
+	// refused with it.
+	ports := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{good, {Addresses: []string{"10.0.0.2"}}}}
+	for i := range maxSlicePorts + 1 {
+		ports.Ports = append(ports.Ports, discoveryv1.EndpointPort{Name: ptr.To(fmt.Sprintf("p%d", i)), Port: ptr.To[int32](int32(i%65535 + 1))})
+	}
+	out, refused = Sanitize(Source{Slices: project(ports)}, nil)
+	if refused.Total() != 2 || len(out.Slices) != 0 {
+		t.Fatalf("a slice of %d ports: %d endpoints refused, %d slices kept; want both refused and none kept", len(ports.Ports), refused.Total(), len(out.Slices))
+	}
 }
 
 // An unnamed port beside named ones is dropped; the endpoints stay.

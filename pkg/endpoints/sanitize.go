@@ -111,6 +111,9 @@ func Sanitize(src Source, policy *addresses.Policy) (out Source, refused Refusal
 	return out, refused
 }
 
+// maxSlicePorts is the API's bound on an EndpointSlice's ports.
+const maxSlicePorts = 20000
+
 // sanitizeSlice returns sl itself when it is clean, a cleaned copy, or nil
 // when nothing of it can be used, and adds what it refused to r.
 func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSlice {
@@ -121,6 +124,12 @@ func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSli
 		return sl // FQDN slices are never aggregated anyway
 	}
 	total := len(sl.Endpoints) + len(sl.Invalid)
+	if len(sl.Ports) > maxSlicePorts {
+		if total > 0 {
+			r.add(sl.firstAddress(), addresses.Verdict{Reason: addresses.Invalid, Detail: fmt.Sprintf("the slice has %d ports, over the API's %d", len(sl.Ports), maxSlicePorts)}, total)
+		}
+		return nil
+	}
 	for _, port := range sl.Ports {
 		if !validPort(port) {
 			if total > 0 {

@@ -54,6 +54,7 @@ func runReplicaPhases(ctx context.Context, c *config, r *results, f *fleet, hub 
 	never := false
 	for i := range c.runs {
 		logf("replicas: run %d of %d", i+1, c.runs)
+		r.Replicas = replicaResults{} // each run's own RSS, owners and counts
 		if err := runReplicas(ctx, c, r, f, hub, filepath.Join(tmp, "replicas-run-"+strconv.Itoa(i+1)), ch); err != nil {
 			return err
 		}

@@ -1,11 +1,6 @@
 package endpoints
 
-import (
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
-)
+import "fmt"
 
 // maxAnnotationsSize is the API server's bound on an object's annotations,
 // keys and values together.
@@ -23,34 +18,33 @@ const ownAnnotationsRoom = 4 * 1024
 const exportBudget = maxAnnotationsSize - ownAnnotationsRoom
 
 // FitExport returns e with what would not fit in the hub objects built
-// from it cut, and what was cut. The ServiceImport carries the exported
-// annotations and the lists of exported keys; every MCS slice of the
-// source carries the export record, exported labels and annotations
-// included. Over the budget, the exported annotations go first, then the
-// exported labels, so that the other exports of the service are imported
-// as if this one had exported nothing extra. refused is why the export
-// cannot be imported at all: its record is over the budget without them.
-// e is not modified.
-func FitExport(e Export) (fit Export, cut []string, refused string) {
-	fit = e
-	if size := exportSize(fit); size > exportBudget && len(fit.ExportedAnnotations) > 0 {
-		cut = append(cut, fmt.Sprintf("exported annotations cut: with them the hub objects of this export would carry %d bytes of annotations, over the %d the daemon keeps for an export", size, exportBudget))
-		fit.ExportedAnnotations = nil
+// from it cut, its export record (ExportRecord of fit), and what was cut.
+// The ServiceImport carries the exported annotations and the lists of
+// exported keys; every MCS slice of the source carries the export record,
+// exported labels and annotations included. Over the budget, the exported
+// annotations go first, then the exported labels, so that the other
+// exports of the service are imported as if this one had exported nothing
+// extra. refused is why the export cannot be imported at all: its record
+// is over the budget without them. e is not modified.
+func FitExport(e Export) (fit Export, record string, cut []string, refused string) {
+	fit, record = e, ExportRecord(e)
+	size := func() int {
+		return max(importAnnotationsSize(fit.ExportedLabels, fit.ExportedAnnotations), len(record))
 	}
-	if size := exportSize(fit); size > exportBudget && len(fit.ExportedLabels) > 0 {
-		cut = append(cut, fmt.Sprintf("exported labels cut: with them the hub objects of this export would carry %d bytes of annotations, over the %d the daemon keeps for an export", size, exportBudget))
-		fit.ExportedLabels = nil
+	for _, part := range []struct {
+		what string
+		m    *map[string]string
+	}{{"annotations", &fit.ExportedAnnotations}, {"labels", &fit.ExportedLabels}} {
+		if n := size(); n > exportBudget && len(*part.m) > 0 {
+			cut = append(cut, fmt.Sprintf("exported %s cut: with them the hub objects of this export would carry %d bytes of annotations, over the %d the daemon keeps for an export", part.what, n, exportBudget))
+			*part.m = nil
+			record = ExportRecord(fit)
+		}
 	}
-	if size := exportSize(fit); size > exportBudget {
-		refused = fmt.Sprintf("the export record of this Service is %d bytes (its ports), over the %d the hub's annotations can hold", size, exportBudget)
+	if n := size(); n > exportBudget {
+		refused = fmt.Sprintf("the export record of this Service is %d bytes (its ports), over the %d the hub's annotations can hold", n, exportBudget)
 	}
-	return fit, cut, refused
-}
-
-// exportSize is the larger of what e adds to the ServiceImport's
-// annotations and the size of its export record.
-func exportSize(e Export) int {
-	return max(importAnnotationsSize(e.ExportedLabels, e.ExportedAnnotations), len(ExportRecord(e)))
+	return fit, record, cut, refused
 }
 
 // importAnnotationsSize is the size of the annotations setImportMeta
@@ -61,17 +55,16 @@ func importAnnotationsSize(labels, annotations map[string]string) int {
 	for k, v := range annotations {
 		n += len(k) + len(v)
 	}
-	keys := func(m map[string]string) int {
+	// The comma-separated list of a map's keys, under its annotation key.
+	keys := func(key string, m map[string]string) int {
 		if len(m) == 0 {
 			return 0
 		}
-		return len(strings.Join(slices.Collect(maps.Keys(m)), ","))
+		l := len(key) + len(m) - 1
+		for k := range m {
+			l += len(k)
+		}
+		return l
 	}
-	if len(labels) > 0 {
-		n += len(AnnotationExportedLabels) + keys(labels)
-	}
-	if len(annotations) > 0 {
-		n += len(AnnotationExportedAnnotations) + keys(annotations)
-	}
-	return n
+	return n + keys(AnnotationExportedLabels, labels) + keys(AnnotationExportedAnnotations, annotations)
 }

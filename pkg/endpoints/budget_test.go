@@ -38,7 +38,7 @@ func TestFitExportCutsWhatTheHubCannotHold(t *testing.T) {
 		{"ports", Export{Service: manyPorts}, false, false, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fit, cut, refused := FitExport(tc.e)
+			fit, record, cut, refused := FitExport(tc.e)
 			if (len(fit.ExportedLabels) > 0) != tc.labels || (len(fit.ExportedAnnotations) > 0) != tc.annotations {
 				t.Errorf("kept %d labels, %d annotations; want labels %v, annotations %v", len(fit.ExportedLabels), len(fit.ExportedAnnotations), tc.labels, tc.annotations)
 			}
@@ -48,7 +48,10 @@ func TestFitExportCutsWhatTheHubCannotHold(t *testing.T) {
 			if refused != "" {
 				return
 			}
-			if n := len(ExportRecord(fit)); n > exportBudget {
+			if record != ExportRecord(fit) {
+				t.Error("the record returned is not the fit export's")
+			}
+			if n := len(record); n > exportBudget {
 				t.Errorf("export record of %d bytes, over %d", n, exportBudget)
 			}
 			imp := MergeImport("ns", "svc", []Export{fit}).Import

@@ -69,12 +69,7 @@ func TestAnExportAtTheAnnotationLimitKeepsTheSharedImportWritable(t *testing.T) 
 			if _, ok := imp.Annotations["example.com/blob"]; ok == cut {
 				t.Errorf("import has c1's annotation: %v, want %v", ok, !cut)
 			}
-			var said []string
-			for _, e := range drainEvents(rec) {
-				if strings.Contains(e, ReasonInvalidExport) && strings.Contains(e, "exported annotations cut") {
-					said = append(said, e)
-				}
-			}
+			said := eventsWith(eventsWith(drainEvents(rec), ReasonInvalidExport), "exported annotations cut")
 			if cut && len(said) != 1 {
 				t.Errorf("Events saying the annotations were cut: %q, want one", said)
 			}

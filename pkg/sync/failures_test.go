@@ -79,12 +79,7 @@ func TestAWriteTheHubRefusesIsSaidOnceWithTheHubsAnswer(t *testing.T) {
 			f.ctrl.queue.Add(cartC1)
 		}
 	}
-	var failed []string
-	for _, e := range drainEvents(rec) {
-		if strings.Contains(e, ReasonSyncFailed) {
-			failed = append(failed, e)
-		}
-	}
+	failed := eventsWith(drainEvents(rec), ReasonSyncFailed)
 	if len(failed) != 1 || !strings.Contains(failed[0], "cluster c1: writing its hub objects of shop/cart fails") || !strings.Contains(failed[0], "Too long") {
 		t.Errorf("SyncFailed Events %q, want one with the hub's answer", failed)
 	}

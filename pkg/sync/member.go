@@ -72,14 +72,11 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		e.ExportedAnnotations, problems = sanitizeExported(e.ExportedAnnotations, true, problems)
 		// What would not fit in the hub objects is cut for this export
 		// alone: one member must not make the shared import unwritable.
-		var tooBig string
+		var record, tooBig string
 		if ok {
 			var cut []string
-			e, cut, tooBig = endpoints.FitExport(e)
-			problems = append(problems, cut...)
-		}
-		if ok {
-			out.invalidExport = problems
+			e, record, cut, tooBig = endpoints.FitExport(e)
+			out.invalidExport = append(problems, cut...)
 		}
 		if svc != nil && isAPIServerService(key.Namespace, key.Name) {
 			out.exportRefused = "default/kubernetes is the cluster's API server: it is never exported"
@@ -91,7 +88,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 			}
 			clean, refused := endpoints.Sanitize(endpoints.Source{Cluster: key.Cluster, Service: svc, Slices: slices}, c.addressPolicy(st))
 			out.refused = &refused
-			clean.Record = endpoints.ExportRecord(e)
+			clean.Record = record
 			if step == lifecycle.MarkNotReady {
 				clean = endpoints.MarkNotReady(clean)
 			}

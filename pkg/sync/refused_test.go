@@ -94,6 +94,17 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, kv ...string)
 	return -1
 }
 
+// eventsWith returns the events that contain s.
+func eventsWith(events []string, s string) []string {
+	var out []string
+	for _, e := range events {
+		if strings.Contains(e, s) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func drainEvents(rec *record.FakeRecorder) []string {
 	var out []string
 	for {
@@ -233,12 +244,7 @@ func TestSyncDropsAMembersInvalidPortsAndSaysSoOnce(t *testing.T) {
 	if pc, err := f.hub.CoreV1().Services("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{}); err != nil || len(pc.Spec.Ports) != 1 {
 		t.Errorf("per-cluster Service %v, %v; want one port", pc, err)
 	}
-	var invalid []string
-	for _, e := range drainEvents(rec) {
-		if strings.Contains(e, ReasonInvalidExport) {
-			invalid = append(invalid, e)
-		}
-	}
+	invalid := eventsWith(drainEvents(rec), ReasonInvalidExport)
 	if len(invalid) != 1 || !strings.Contains(invalid[0], "Bad_Name") || !strings.Contains(invalid[0], "port number out of range") {
 		t.Fatalf("InvalidExport Events %q, want one naming both ports", invalid)
 	}

@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	"sigs.k8s.io/yaml"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/cmd/endpoint-aggregator/app"
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
+)
+
+// installV1alpha1ServiceExportCRD installs the ServiceExport CRD of the
+// October 2024 mcs-api that hack/conformance pins (served as v1alpha1
+// only, the shape mcs-api shipped before v0.5.0) and waits until it is
+// served.
+func installV1alpha1ServiceExportCRD(t *testing.T, c *testenv.Cluster) {
+	t.Helper()
+	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/mcs-api")
+	list.Dir = filepath.Join("..", "..", "hack", "conformance")
+	out, err := list.Output()
+	if err != nil {
+		t.Fatalf("finding the mcs-api module pinned by hack/conformance: %v", err)
+	}
+	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "multicluster.x-k8s.io_serviceexports.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(raw, crd); err != nil {
+		t.Fatal(err)
+	}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1alpha1" {
+		t.Fatalf("the pinned ServiceExport CRD serves %+v, want v1alpha1 only", crd.Spec.Versions)
+	}
+	api := apiextensionsclient.NewForConfigOrDie(c.Config).ApiextensionsV1().CustomResourceDefinitions()
+	if _, err := api.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exports := mcsclientset.NewForConfigOrDie(c.Config).MulticlusterV1alpha1().ServiceExports(appNamespace)
+	eventually(t, waitTimeout, func() error {
+		_, err := exports.List(context.Background(), metav1.ListOptions{})
+		return err
+	})
+}
+
+// statusRow is the part of a status -o json row these tests read.
+type statusRow struct {
+	Name          string `json:"name"`
+	Connected     string `json:"connected"`
+	Synced        string `json:"synced"`
+	Services      int    `json:"services"`
+	LastError     string `json:"lastError"`
+	ServiceExport string `json:"serviceExport"`
+}
+
+// mustRunCLI runs the command line and returns its output.
+func mustRunCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	stdout, stderr, err := runCLI(context.Background(), args...)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return stdout
+}
+
+// memberStatusRow waits for status to report cluster as want says.
+func memberStatusRow(t *testing.T, kubeconfig, cluster string, want func(statusRow) error) {
+	t.Helper()
+	eventually(t, waitTimeout, func() error {
+		stdout, _, err := runCLI(context.Background(), "status", "--hub-context", "hub", "-o", "json", "--kubeconfig", kubeconfig)
+		if err != nil {
+			return err
+		}
+		var report struct {
+			Members []statusRow `json:"members"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+			return fmt.Errorf("%v\n%s", err, stdout)
+		}
+		for _, r := range report.Members {
+			if r.Name == cluster {
+				return want(r)
+			}
+		}
+		return fmt.Errorf("status lists no %s: %s", cluster, stdout)
+	})
+}
+
+// TestMembersServingOlderOrNoServiceExports: in serviceexport mode, a
+// member whose API server serves no ServiceExport is connected and synced
+// with nothing exported, and status says "ServiceExport not served"; once
+// the member installs the v1alpha1-only ServiceExport CRD that mcs-api
+// shipped before v0.5.0, the same daemon, not restarted, imports its
+// export beside a member on the current CRDs, and writes its
+// ServiceExport conditions in v1alpha1.
+func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
+	cs := testenv.StartAllT(t,
+		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
+		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true}},
+		testenv.Spec{Name: "west"}, // no mcs-api CRDs
+	)
+	e := &env{hub: cs[0], east: cs[1], west: cs[2], hubMCS: mcsclientset.NewForConfigOrDie(cs[0].Config)}
+	for _, c := range cs {
+		mustCreateNamespace(t, c.Client, appNamespace)
+	}
+	mustCreateNamespace(t, e.hub.Client, daemonNamespace)
+	east, west := mcsMember(e.east), mcsMember(e.west)
+	kubeconfig := cliKubeconfig(t, e.hub, e.east, e.west)
+
+	for _, m := range []member{east, west} {
+		m.service(t, "web", nil)
+	}
+	applySlices(t, e.east.Client, "web", endpointSlice("web", "web-east-1", 1, 2, true))
+	applySlices(t, e.west.Client, "web", endpointSlice("web", "web-west-1", 2, 3, true))
+	east.export(t, "web", nil)
+	e.register(t, "east", "east", e.east.Kubeconfig)
+	e.register(t, "west", "west", e.west.Kubeconfig)
+	d := e.startDaemon(t, func(o *app.Options) {
+		o.ExportMode = string(easync.ExportServiceExport)
+		o.MemberLeaseDuration = 4 * time.Second // publishes what members serve within a second
+	})
+
+	t.Run("a member serving no ServiceExport is synced with nothing exported", func(t *testing.T) {
+		eventually(t, waitTimeout, func() error {
+			st := e.hubState(t, "web")
+			if !slices.Equal(st.importClusters, []string{"east"}) || st.ready["east"] != 2 || st.total["west"] != 0 {
+				return fmt.Errorf("import clusters %v, ready %v, total %v; want east's 2 endpoints only", st.importClusters, st.ready, st.total)
+			}
+			return nil
+		})
+		d.waitSettled(t)
+		memberStatusRow(t, kubeconfig, "west", func(r statusRow) error {
+			if r.Connected != "True" || r.Synced != "True" || r.LastError != "" || r.ServiceExport != "none" {
+				return fmt.Errorf("west: %+v; want connected, synced, no error, serving no ServiceExport", r)
+			}
+			return nil
+		})
+		memberStatusRow(t, kubeconfig, "east", func(r statusRow) error {
+			if r.Connected != "True" || r.Synced != "True" || r.ServiceExport != "v1beta1" {
+				return fmt.Errorf("east: %+v; want connected, synced, serving v1beta1", r)
+			}
+			return nil
+		})
+		table := mustRunCLI(t, "status", "--hub-context", "hub", "--kubeconfig", kubeconfig)
+		if !strings.Contains(table, "ServiceExport not served") {
+			t.Errorf("status does not say ServiceExport not served:\n%s", table)
+		}
+		t.Logf("status:\n%s", table)
+		explained := mustRunCLI(t, "explain", appNamespace+"/web", "-n", daemonNamespace, "--hub-context", "hub", "--kubeconfig", kubeconfig)
+		if !strings.Contains(explained, "ServiceExport not served") {
+			t.Errorf("explain does not say ServiceExport not served:\n%s", explained)
+		}
+		t.Logf("explain:\n%s", explained)
+	})
+
+	t.Run("the member's v1alpha1-only CRD is followed without a restart and its export imported", func(t *testing.T) {
+		installV1alpha1ServiceExportCRD(t, e.west)
+		if _, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Create(context.Background(),
+			&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: "web"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, waitTimeout, func() error {
+			st := e.hubState(t, "web")
+			if !slices.Equal(st.importClusters, []string{"east", "west"}) || st.ready["east"] != 2 || st.ready["west"] != 3 {
+				return fmt.Errorf("import clusters %v, ready %v; want east's 2 and west's 3 endpoints", st.importClusters, st.ready)
+			}
+			return nil
+		})
+		eventually(t, waitTimeout, func() error {
+			se, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Get(context.Background(), "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, typ := range []string{"Valid", "Ready"} {
+				if c := meta.FindStatusCondition(se.Status.Conditions, typ); c == nil || c.Status != metav1.ConditionTrue {
+					return fmt.Errorf("west's v1alpha1 ServiceExport condition %s = %+v, want True", typ, c)
+				}
+			}
+			return nil
+		})
+		east.condition(t, "web", "Ready", metav1.ConditionTrue, "Ready")
+		memberStatusRow(t, kubeconfig, "west", func(r statusRow) error {
+			if r.Connected != "True" || r.Synced != "True" || r.LastError != "" || r.ServiceExport != "v1alpha1" || r.Services != 1 {
+				return fmt.Errorf("west: %+v; want connected, synced, 1 service, read as v1alpha1", r)
+			}
+			return nil
+		})
+	})
+}

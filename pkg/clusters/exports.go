@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -31,6 +32,12 @@ import (
 // watches. When it changes (the CRD was upgraded, downgraded, installed or
 // removed), the watch ends with 410 Gone and the informer lists again in
 // the new version: no restart, and the cache keeps the last list meanwhile.
+//
+// Exports are withdrawn only by a complete, successful list of a served
+// version. A member that served ServiceExports and then serves none (its
+// CRD is being replaced, or was removed) fails its lists instead of
+// listing nothing: its last-known exports stay, as for any failed read,
+// until a version is served again and listed.
 
 // ExportVersion is the version in which a member serves ServiceExports.
 type ExportVersion string
@@ -94,6 +101,21 @@ func (s *exportSource) served(ctx context.Context) (ExportVersion, error) {
 	return ServedExportVersion(ctx, s.disco)
 }
 
+// errExportsGone fails the list of a member that no longer serves the
+// ServiceExports it served.
+var errExportsGone = errors.New("the member no longer serves ServiceExport")
+
+// inherit carries what old listed into s, the source of a fresh informer
+// set: a member that served ServiceExports before it does not list none.
+func (s *exportSource) inherit(old *exportSource) {
+	v := old.version()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed == "" {
+		s.listed = v
+	}
+}
+
 // version is the version of the last successful list, "" before it.
 func (s *exportSource) version() ExportVersion {
 	s.mu.Lock()
@@ -119,6 +141,9 @@ func (s *exportSource) list(ctx context.Context, o metav1.ListOptions) (runtime.
 			}
 		}
 	default:
+		if was := s.version(); was == ExportV1beta1 || was == ExportV1alpha1 {
+			return nil, fmt.Errorf("%w (it served %s); its last-known ServiceExports are kept until a version is served again", errExportsGone, was)
+		}
 		out = &mcsv1beta1.ServiceExportList{} // a complete list of nothing
 	}
 	if err != nil {

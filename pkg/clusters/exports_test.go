@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,7 +141,7 @@ func TestMemberServingNoServiceExportSyncsWithNothingExported(t *testing.T) {
 
 // TestMemberExportInformerFollowsTheServedVersion: when the member's CRD
 // changes what it serves, the informer lists again in the new version,
-// with no restart: none → v1alpha1 → v1beta1 → none.
+// with no restart: none → v1alpha1 → v1beta1.
 func TestMemberExportInformerFollowsTheServedVersion(t *testing.T) {
 	old := exportRediscover
 	exportRediscover = 20 * time.Millisecond
@@ -168,13 +169,46 @@ func TestMemberExportInformerFollowsTheServedVersion(t *testing.T) {
 		se := c.ServiceExport("shop", "web")
 		return c.ExportVersion() == ExportV1beta1 && se != nil && se.Labels["read"] == "v1beta1"
 	})
-
-	d.set()
-	waitUntil(t, func() bool { return c.ExportVersion() == ExportNotServed && c.ServiceExport("shop", "web") == nil })
 	if f := c.Failure(); f != nil {
 		t.Fatalf("member fails after the version changes: %+v", f)
 	}
-	if !c.HasSynced() {
-		t.Fatal("member no longer synced")
+}
+
+// TestMemberThatStopsServingServiceExportsKeepsItsExports: a member whose
+// CRD goes away (replaced, or removed) keeps its last-known exports, its
+// lists failing meanwhile; they are withdrawn only by a complete list of
+// the version served next.
+func TestMemberThatStopsServingServiceExportsKeepsItsExports(t *testing.T) {
+	old := exportRediscover
+	exportRediscover = 20 * time.Millisecond
+	defer func() { exportRediscover = old }()
+
+	mcs := mcsfake.NewSimpleClientset(&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}})
+	d := &servedVersions{}
+	d.set("v1beta1")
+	c := startExportMember(t, mcs, d)
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("export not read")
 	}
+
+	d.set()
+	waitUntil(t, func() bool {
+		f := c.Failure()
+		return f != nil && strings.Contains(f.Message, "no longer serves ServiceExport")
+	})
+	if c.ServiceExport("shop", "web") == nil || c.ExportVersion() != ExportV1beta1 || !c.HasSynced() {
+		t.Fatalf("while nothing is served: export %v, version %q, synced %v; want the last-known export, v1beta1, synced",
+			c.ServiceExport("shop", "web"), c.ExportVersion(), c.HasSynced())
+	}
+	// A fresh informer set (the member answered again) lists none either.
+	c.askReconnect()
+	time.Sleep(300 * time.Millisecond)
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("a fresh informer set dropped the last-known export")
+	}
+
+	// The v1alpha1 copy of the fake holds no export: a complete list of
+	// the version now served says it is gone.
+	d.set("v1alpha1")
+	waitUntil(t, func() bool { return c.ExportVersion() == ExportV1alpha1 && c.ServiceExport("shop", "web") == nil })
 }

@@ -325,6 +325,9 @@ func (c *Cluster) freshInformers() *informerSet {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil
 	}
+	if cur := c.informers.Load(); cur != nil && cur.exportSrc != nil {
+		s.exportSrc.inherit(cur.exportSrc)
+	}
 	return s
 }
 

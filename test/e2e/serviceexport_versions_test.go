@@ -25,19 +25,18 @@ import (
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
-// installV1alpha1ServiceExportCRD installs the ServiceExport CRD of the
-// October 2024 mcs-api that hack/conformance pins (served as v1alpha1
-// only, the shape mcs-api shipped before v0.5.0) and waits until it is
-// served.
-func installV1alpha1ServiceExportCRD(t *testing.T, c *testenv.Cluster) {
+// installPinnedV1alpha1CRD installs the CRD in file of the October 2024
+// mcs-api that hack/conformance pins (served as v1alpha1 only, the shape
+// mcs-api shipped before v0.5.0), and waits until list succeeds.
+func installPinnedV1alpha1CRD(t *testing.T, c *testenv.Cluster, file string, list func() error) {
 	t.Helper()
-	list := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/mcs-api")
-	list.Dir = filepath.Join("..", "..", "hack", "conformance")
-	out, err := list.Output()
+	goList := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/mcs-api")
+	goList.Dir = filepath.Join("..", "..", "hack", "conformance")
+	out, err := goList.Output()
 	if err != nil {
 		t.Fatalf("finding the mcs-api module pinned by hack/conformance: %v", err)
 	}
-	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "multicluster.x-k8s.io_serviceexports.yaml"))
+	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +45,21 @@ func installV1alpha1ServiceExportCRD(t *testing.T, c *testenv.Cluster) {
 		t.Fatal(err)
 	}
 	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1alpha1" {
-		t.Fatalf("the pinned ServiceExport CRD serves %+v, want v1alpha1 only", crd.Spec.Versions)
+		t.Fatalf("the pinned CRD %s serves %+v, want v1alpha1 only", crd.Name, crd.Spec.Versions)
 	}
 	api := apiextensionsclient.NewForConfigOrDie(c.Config).ApiextensionsV1().CustomResourceDefinitions()
 	if _, err := api.Create(context.Background(), crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, waitTimeout, list)
+}
+
+// installV1alpha1ServiceExportCRD installs the pinned v1alpha1-only
+// ServiceExport CRD.
+func installV1alpha1ServiceExportCRD(t *testing.T, c *testenv.Cluster) {
+	t.Helper()
 	exports := mcsclientset.NewForConfigOrDie(c.Config).MulticlusterV1alpha1().ServiceExports(appNamespace)
-	eventually(t, waitTimeout, func() error {
+	installPinnedV1alpha1CRD(t, c, "multicluster.x-k8s.io_serviceexports.yaml", func() error {
 		_, err := exports.List(context.Background(), metav1.ListOptions{})
 		return err
 	})
@@ -202,4 +208,25 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only: a hub whose
+// ServiceImport CRD is the pre-v0.5.0 copy (v1alpha1 only) is refused at
+// start, with a message naming the CRD and the version the daemon writes.
+func TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only(t *testing.T) {
+	hub := testenv.StartT(t, "hub", testenv.Options{})
+	imports := mcsclientset.NewForConfigOrDie(hub.Config).MulticlusterV1alpha1().ServiceImports(appNamespace)
+	installPinnedV1alpha1CRD(t, hub, "multicluster.x-k8s.io_serviceimports.yaml", func() error {
+		_, err := imports.List(context.Background(), metav1.ListOptions{})
+		return err
+	})
+	o := app.NewOptions()
+	o.Namespace = daemonNamespace
+	o.MetricsBindAddress = "0"
+	_, err := app.NewDaemon(o, hub.Config, nil)
+	if err == nil || !strings.Contains(err.Error(), "serviceimports.multicluster.x-k8s.io serves v1alpha1 but not v1beta1") ||
+		!strings.Contains(err.Error(), "multicluster.x-k8s.io/v1beta1") {
+		t.Fatalf("NewDaemon on a v1alpha1-only hub: %v; want a refusal naming the CRD and v1beta1", err)
+	}
+	t.Logf("refused: %v", err)
 }

@@ -14,8 +14,10 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 	"sigs.k8s.io/yaml"
@@ -208,6 +210,59 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 			return nil
 		})
 	})
+
+	t.Run("upgrading the member's CRD in place and back rewrites nothing in the hub", func(t *testing.T) {
+		d.waitSettled(t)
+		before := e.ourObjects(t)
+		crds := apiextensionsclient.NewForConfigOrDie(e.west.Config).ApiextensionsV1().CustomResourceDefinitions()
+		current := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(mcscrd.ServiceExportCRD, current); err != nil {
+			t.Fatal(err)
+		}
+		// Upgrade: the current CRD (v1alpha1 and v1beta1 served, v1beta1
+		// stored), the objects rewritten in v1beta1, v1alpha1 no longer
+		// listed as stored.
+		replaceCRDSpec(t, crds, current.Spec, nil)
+		migrateServiceExports(t, west.mcs)
+		replaceCRDSpec(t, crds, current.Spec, []string{"v1beta1"})
+		memberStatusRow(t, kubeconfig, "west", func(r statusRow) error {
+			if r.ServiceExport != "v1beta1" || r.LastError != "" || r.Synced != "True" {
+				return fmt.Errorf("west: %+v; want read as v1beta1, synced, no error", r)
+			}
+			return nil
+		})
+		// Downgrade: v1alpha1 stored again, the objects rewritten, then
+		// the v1alpha1-only spec.
+		down := current.Spec.DeepCopy()
+		for i := range down.Versions {
+			down.Versions[i].Storage = down.Versions[i].Name == "v1alpha1"
+		}
+		replaceCRDSpec(t, crds, *down, nil)
+		migrateServiceExports(t, west.mcs)
+		replaceCRDSpec(t, crds, *down, []string{"v1alpha1"})
+		only := down.DeepCopy()
+		only.Versions = slices.DeleteFunc(only.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name != "v1alpha1" })
+		replaceCRDSpec(t, crds, *only, nil)
+		memberStatusRow(t, kubeconfig, "west", func(r statusRow) error {
+			if r.ServiceExport != "v1alpha1" || r.LastError != "" || r.Synced != "True" {
+				return fmt.Errorf("west: %+v; want read as v1alpha1 again, synced, no error", r)
+			}
+			return nil
+		})
+		d.waitSettled(t)
+		after := e.ourObjects(t)
+		for k, o := range before {
+			if a, ok := after[k]; !ok || a.resourceVersion != o.resourceVersion {
+				t.Errorf("hub %s (of %q) was rewritten or withdrawn while west's CRD changed: rv %s → %+v", k, o.cluster, o.resourceVersion, a)
+			}
+		}
+		if len(after) != len(before) {
+			t.Errorf("hub objects %d before the CRD changes, %d after", len(before), len(after))
+		}
+		if st := e.hubState(t, "web"); st.ready["west"] != 3 {
+			t.Errorf("west's endpoints in the hub: %v, want 3", st.ready)
+		}
+	})
 }
 
 // TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only: a hub whose
@@ -229,4 +284,49 @@ func TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only(t *testing.T) {
 		t.Fatalf("NewDaemon on a v1alpha1-only hub: %v; want a refusal naming the CRD and v1beta1", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// replaceCRDSpec sets the ServiceExport CRD's spec and, when stored is not
+// nil, its status.storedVersions, and waits until it is established.
+func replaceCRDSpec(t *testing.T, crds apiextensionsv1client.CustomResourceDefinitionInterface, spec apiextensionsv1.CustomResourceDefinitionSpec, stored []string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, waitTimeout, func() error {
+		crd, err := crds.Get(ctx, "serviceexports.multicluster.x-k8s.io", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if stored != nil {
+			crd.Status.StoredVersions = stored
+			_, err = crds.UpdateStatus(ctx, crd, metav1.UpdateOptions{})
+			return err
+		}
+		crd.Spec = spec
+		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// migrateServiceExports rewrites every ServiceExport in the CRD's storage
+// version, as a storage migration does.
+func migrateServiceExports(t *testing.T, mcs mcsclientset.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, waitTimeout, func() error {
+		list, err := mcs.MulticlusterV1alpha1().ServiceExports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			se := &list.Items[i]
+			if se.Annotations == nil {
+				se.Annotations = map[string]string{}
+			}
+			se.Annotations["migrated"] = se.ResourceVersion // a real change: a no-op is not written
+			if _, err := mcs.MulticlusterV1alpha1().ServiceExports(se.Namespace).Update(ctx, se, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -34,10 +34,12 @@ import (
 // the new version: no restart, and the cache keeps the last list meanwhile.
 //
 // Exports are withdrawn only by a complete, successful list of a served
-// version. A member that served ServiceExports and then serves none (its
-// CRD is being replaced, or was removed) fails its lists instead of
-// listing nothing: its last-known exports stay, as for any failed read,
-// until a version is served again and listed.
+// version, or by the watch telling of their deletion. A member that served
+// ServiceExports and then serves none while they remain (every version
+// set served: false) fails its lists instead of listing nothing: its
+// last-known exports stay, as for any failed read, until a version is
+// served again and listed. Deleting the CRD deletes the objects, and the
+// watch says so: those are withdrawn.
 
 // ExportVersion is the version in which a member serves ServiceExports.
 type ExportVersion string

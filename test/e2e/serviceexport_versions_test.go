@@ -263,6 +263,51 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 			t.Errorf("west's endpoints in the hub: %v, want 3", st.ready)
 		}
 	})
+
+	t.Run("a member whose CRD serves no version while its exports remain keeps them", func(t *testing.T) {
+		d.waitSettled(t)
+		before := e.ourObjects(t)
+		crds := apiextensionsclient.NewForConfigOrDie(e.west.Config).ApiextensionsV1().CustomResourceDefinitions()
+		crd, err := crds.Get(context.Background(), "serviceexports.multicluster.x-k8s.io", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unserved := crd.Spec.DeepCopy()
+		for i := range unserved.Versions {
+			unserved.Versions[i].Served = false
+		}
+		replaceCRDSpec(t, crds, *unserved, nil)
+		memberStatusRow(t, kubeconfig, "west", func(r statusRow) error {
+			if !strings.Contains(r.LastError, "no longer serves ServiceExport") || r.Synced != "True" {
+				return fmt.Errorf("west: %+v; want synced, its last error saying it no longer serves ServiceExport", r)
+			}
+			return nil
+		})
+		if st := e.hubState(t, "web"); st.ready["west"] != 3 {
+			t.Errorf("west's endpoints in the hub while nothing is served: %v, want 3", st.ready)
+		}
+		// Served again: a new export is read (the failure itself shows in
+		// LAST ERROR until it is two minutes old, as any list failure).
+		replaceCRDSpec(t, crds, crd.Spec, nil)
+		west.service(t, "api", nil)
+		if _, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Create(context.Background(),
+			&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: "api"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, waitTimeout, func() error {
+			if st := e.hubState(t, "api"); !slices.Equal(st.importClusters, []string{"west"}) {
+				return fmt.Errorf("api imported from %v, want west", st.importClusters)
+			}
+			return nil
+		})
+		d.waitSettled(t)
+		after := e.ourObjects(t)
+		for k, o := range before {
+			if a, ok := after[k]; !ok || a.resourceVersion != o.resourceVersion {
+				t.Errorf("hub %s (of %q) was rewritten or withdrawn while west served no ServiceExport: rv %s → %+v", k, o.cluster, o.resourceVersion, a)
+			}
+		}
+	})
 }
 
 // TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only: a hub whose

@@ -92,8 +92,10 @@ type exportSource struct {
 	// every is how often disco is read while watching.
 	every time.Duration
 
-	mu     sync.Mutex
-	listed ExportVersion // by the last successful list; "" before it
+	mu sync.Mutex
+	// listed is the version of the last successful list, or the one its
+	// predecessor listed (inherit); "" before either.
+	listed ExportVersion
 }
 
 func (s *exportSource) served(ctx context.Context) (ExportVersion, error) {
@@ -118,7 +120,7 @@ func (s *exportSource) inherit(old *exportSource) {
 	}
 }
 
-// version is the version of the last successful list, "" before it.
+// version is listed.
 func (s *exportSource) version() ExportVersion {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -31,6 +30,9 @@ type Clients struct {
 	Kube kubernetes.Interface
 	// MCS is nil unless ServiceExports are watched.
 	MCS mcsclientset.Interface
+	// Discovery tells which ServiceExport version the member serves
+	// (exports.go); nil (fake clients in unit tests): v1beta1.
+	Discovery Discovery
 }
 
 // EventHandlers are registered on a member's informers before they start.
@@ -275,11 +277,12 @@ func keepAnnotations(in map[string]string, keep ...string) map[string]string {
 const memberWriteTimeout = 10 * time.Second
 
 // PatchServiceExportConditions replaces the conditions of a member's
-// ServiceExport with a JSON merge patch on the status subresource. The
-// patch carries the cached resourceVersion, so it fails with a conflict
+// ServiceExport with a JSON merge patch on the status subresource, in the
+// version the member serves them in. The patch carries the cached resourceVersion, so it fails with a conflict
 // instead of overwriting a newer object.
 func (c *Cluster) PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error {
-	if c.clients.MCS == nil {
+	src := c.informers.Load().exportSrc
+	if src == nil {
 		return fmt.Errorf("member %q: ServiceExports are not watched", c.name)
 	}
 	patch, err := json.Marshal(map[string]interface{}{
@@ -292,7 +295,15 @@ func (c *Cluster) PatchServiceExportConditions(ctx context.Context, se *mcsv1bet
 	// A member that hangs must not hold a worker for long.
 	ctx, cancel := context.WithTimeout(ctx, memberWriteTimeout)
 	defer cancel()
-	_, err = c.clients.MCS.MulticlusterV1beta1().ServiceExports(se.Namespace).Patch(ctx, se.Name, types.MergePatchType, patch,
-		metav1.PatchOptions{FieldManager: "endpoint-aggregator"}, "status")
-	return err
+	return src.patchStatus(ctx, se.Namespace, se.Name, patch)
+}
+
+// ExportVersion is the version in which the member's ServiceExports were
+// last listed: ExportNotServed when it serves none, "" when they are not
+// watched or not listed yet.
+func (c *Cluster) ExportVersion() ExportVersion {
+	if src := c.informers.Load().exportSrc; src != nil {
+		return src.version()
+	}
+	return ""
 }

@@ -21,6 +21,7 @@
 // registers or removes members (a rotation included); claims.go decides
 // which registration owns a name; member.go is one member's state;
 // connections.go runs a member's connection and follows its health;
+// exports.go reads a member's ServiceExports in the version it serves;
 // share.go is this replica's share of the members when replicas share
 // them; static.go the members registered without a Secret (Options.Static); events.go the Events
 // and the state the leader reports.

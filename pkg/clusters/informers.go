@@ -37,6 +37,7 @@ type informerSet struct {
 	serviceList  corelisters.ServiceLister
 	sliceIndex   cache.Indexer
 	exportLister mcslisters.ServiceExportLister
+	exportSrc    *exportSource // nil unless watched
 
 	// ctx ends with cancel, or with the Cluster's; its logger names the
 	// member, so that what the informers log (a failed watch, say) says
@@ -84,15 +85,11 @@ func newInformerSet(parent context.Context, cluster string, clients Clients, han
 		})
 	s.slices, s.sliceIndex = slices.ctl, slices.index
 	if clients.MCS != nil {
-		mcs := clients.MCS.MulticlusterV1beta1()
-		exports := s.informer(&logger, "ServiceExports", clients.MCS, &mcsv1beta1.ServiceExport{}, handlers.ServiceExports,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return mcs.ServiceExports(metav1.NamespaceAll).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return mcs.ServiceExports(metav1.NamespaceAll).Watch(ctx, o)
-			})
+		s.exportSrc = &exportSource{mcs: clients.MCS, disco: clients.Discovery, every: exportRediscover}
+		// Always listed, never streamed: a list is where the served
+		// version is looked up, and a member serving none has no watch.
+		exports := s.informer(&logger, "ServiceExports", nil, &mcsv1beta1.ServiceExport{}, handlers.ServiceExports,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, s.exportSrc.list, s.exportSrc.watch)
 		s.exports, s.exportLister = exports.ctl, mcslisters.NewServiceExportLister(exports.index)
 	}
 	return s, nil
@@ -106,7 +103,7 @@ type informer struct {
 
 // informer builds one informer of the set on list and watch; client tells
 // whether the reflector may stream its initial list (see
-// watchlist.DoesClientNotSupportWatchListSemantics).
+// watchlist.DoesClientNotSupportWatchListSemantics; nil: it may not).
 func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj runtime.Object, h cache.ResourceEventHandler, indexers cache.Indexers,
 	list cache.ListWithContextFunc, watchFunc cache.WatchFuncWithContext) informer {
 	if h == nil {
@@ -117,7 +114,7 @@ func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj
 		ListerWatcher: &memberListWatch{
 			ListWatch:   &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFunc},
 			what:        what,
-			noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(client),
+			noWatchList: client == nil || watchlist.DoesClientNotSupportWatchListSemantics(client),
 			set:         s,
 		},
 		ObjectType: obj,
@@ -327,6 +324,9 @@ func (c *Cluster) freshInformers() *informerSet {
 	if err != nil {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil
+	}
+	if cur := c.informers.Load(); cur != nil && cur.exportSrc != nil {
+		s.exportSrc.inherit(cur.exportSrc)
 	}
 	return s
 }

@@ -49,6 +49,7 @@ func (m *member) state() lifecycle.State {
 	}
 	st.Phase = lifecycle.Connected
 	st.AboutID = c.Identity().ClusterID
+	st.ExportVersion = string(c.ExportVersion())
 	if c.HasSynced() {
 		st.Phase = lifecycle.Synced
 	}

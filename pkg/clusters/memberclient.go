@@ -60,6 +60,7 @@ func newMemberClients(cfg *rest.Config, watchExports bool) (Clients, error) {
 		if c.MCS, err = mcsclientset.NewForConfigAndClient(cfg, hc); err != nil {
 			return Clients{}, err
 		}
+		c.Discovery = k.disco
 	}
 	return c, nil
 }

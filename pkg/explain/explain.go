@@ -20,6 +20,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -82,6 +83,10 @@ type Member struct {
 	ReadError string
 	Service   *corev1.Service
 	Export    *mcsv1beta1.ServiceExport
+	// ExportVersion is the version in which the member serves
+	// ServiceExports, lifecycle.ExportNotServed for none; "" when not
+	// read (the member's Lease then says what the daemon reads).
+	ExportVersion string
 	// Slices are the projections of its EndpointSlices, as the daemon's
 	// caches hold them (see endpoints.ProjectSlice).
 	Slices []*endpoints.MemberSlice
@@ -432,13 +437,27 @@ func describeExport(p Policy, m Member) (string, []string) {
 		}
 		return "no annotation", conds
 	}
-	if m.Export != nil {
+	v := exportVersion(m)
+	switch {
+	case m.Export != nil && v == "v1alpha1":
+		return "ServiceExport (v1alpha1)", conds
+	case m.Export != nil:
 		return "ServiceExport", conds
-	}
-	if !m.Read || m.ReadError != "" {
+	case v == lifecycle.ExportNotServed:
+		return "ServiceExport not served", conds
+	case !m.Read || m.ReadError != "":
 		return "unknown", conds
 	}
 	return "no ServiceExport", conds
+}
+
+// exportVersion is the ServiceExport version the member serves, as read
+// from it, else as the daemon published on its Lease; "" when unknown.
+func exportVersion(m Member) string {
+	if m.ExportVersion != "" || m.Lease == nil {
+		return m.ExportVersion
+	}
+	return m.Lease.Annotations[easync.AnnotationServiceExportVersion]
 }
 
 func describeHub(m Member) string {

@@ -15,6 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -304,6 +305,40 @@ func TestRegistrationSaysWhetherTheAboutAPIIdAgrees(t *testing.T) {
 			Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}}})
 		if len(r.Members) != 1 || r.Members[0].Registration != tc.want {
 			t.Errorf("about id %q: registration %+v, want %q", tc.id, r.Members, tc.want)
+		}
+	}
+}
+
+// A member serving no ServiceExport CRD is not failing: its row says the
+// resource is not served, whether explain read the member or only the
+// version the daemon published on its Lease.
+func TestExportColumnSaysServiceExportNotServed(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		read, annotate string
+		wantExport     string
+	}{
+		{"read from the member", lifecycle.ExportNotServed, "", "ServiceExport not served"},
+		{"from the daemon's Lease", "", lifecycle.ExportNotServed, "ServiceExport not served"},
+		{"v1alpha1 export", "v1alpha1", "", "ServiceExport (v1alpha1)"},
+		{"v1beta1 export", "v1beta1", "", "ServiceExport"},
+	} {
+		m := healthy("east", 80, time.Hour)
+		m.ExportVersion = tc.read
+		if tc.annotate != "" {
+			m.Lease.Annotations = map[string]string{easync.AnnotationServiceExportVersion: tc.annotate}
+		}
+		if tc.wantExport == "ServiceExport not served" {
+			m.Export, m.HubSlices = nil, nil
+		}
+		r := Build(Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Members: []Member{m},
+			Policy: Policy{Export: easync.ExportPolicy{Mode: easync.ExportServiceExport}}})
+		if len(r.Members) != 1 || r.Members[0].Export != tc.wantExport {
+			t.Errorf("%s: rows %+v, want export %q", tc.name, r.Members, tc.wantExport)
+			continue
+		}
+		if tc.wantExport == "ServiceExport not served" && !strings.Contains(r.Members[0].Verdict, "ServiceExport not served") {
+			t.Errorf("%s: verdict %q, want it to say ServiceExport not served", tc.name, r.Members[0].Verdict)
 		}
 	}
 }

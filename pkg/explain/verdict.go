@@ -12,6 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
 
@@ -103,6 +104,9 @@ func memberVerdict(p Policy, m Member) string {
 		}
 	case easync.ExportAll:
 	default:
+		if m.Export == nil && exportVersion(m) == lifecycle.ExportNotServed {
+			return "not exported: ServiceExport not served: the member has no ServiceExport CRD (--export-mode=serviceexport)"
+		}
 		if m.Export == nil {
 			return fmt.Sprintf("not exported: no ServiceExport %s/%s in this cluster (--export-mode=serviceexport)", svc.Namespace, svc.Name)
 		}

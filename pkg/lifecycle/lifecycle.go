@@ -77,11 +77,19 @@ type State struct {
 	// cluster.clusterset.k8s.io, at the daemon's last look; "" when it
 	// names none (or was not read).
 	AboutID string
+	// ExportVersion is the version in which the member's ServiceExports
+	// were last read ("v1beta1", "v1alpha1"), ExportNotServed when it
+	// serves no ServiceExport, "" when they are not read (or not yet).
+	ExportVersion string
 	// RegisteredAt is when the hub first saw the registration (its
 	// creationTimestamp, by the hub's clock); zero for a member the daemon
 	// registers itself. No export of the member counts as older.
 	RegisteredAt time.Time
 }
+
+// ExportNotServed is the ExportVersion of a member that serves no
+// ServiceExport: it is synced with nothing exported, not failing.
+const ExportNotServed = "none"
 
 // Registered reports whether a registration names the member.
 func (s State) Registered() bool { return s.Phase != Unregistered }

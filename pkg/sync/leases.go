@@ -47,6 +47,10 @@ const (
 	// (cut to 253 bytes); absent when the member names none. The daemon
 	// refuses a member whose id is not its registered name.
 	AnnotationAboutID = "endpoint-aggregator.io/about-cluster-id"
+	// AnnotationServiceExportVersion is the version in which the daemon
+	// reads the member's ServiceExports (v1beta1, v1alpha1), or
+	// lifecycle.ExportNotServed; absent when it does not read them.
+	AnnotationServiceExportVersion = "endpoint-aggregator.io/serviceexport-version"
 )
 
 // maxLeaseMessage bounds the error message on a Lease.
@@ -58,6 +62,7 @@ type leaseHealth struct {
 	since           time.Time // of an outage; zero: when it is published
 	reason, message string
 	aboutID         string
+	exportVersion   string
 }
 
 // desiredLeaseHealth is what the member's Lease should say, and false when
@@ -68,9 +73,9 @@ func desiredLeaseHealth(st lifecycle.State) (leaseHealth, bool) {
 	case !st.Registered() || !st.Owned:
 		return leaseHealth{}, false
 	case st.Unreachable:
-		return leaseHealth{since: st.Since, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID)}, true
+		return leaseHealth{since: st.Since, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID), exportVersion: st.ExportVersion}, true
 	case st.Phase == lifecycle.Synced || st.Cause != "":
-		return leaseHealth{reachable: true, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID)}, true
+		return leaseHealth{reachable: true, reason: st.Cause, message: st.Reason, aboutID: aboutID(st.AboutID), exportVersion: st.ExportVersion}, true
 	}
 	return leaseHealth{}, false
 }
@@ -88,14 +93,16 @@ func aboutID(id string) string {
 const reasonIdentityMismatch = "IdentityMismatch"
 
 // healthChanged reports whether l says something else than h: whether the
-// member is reachable, or the reason it fails. A new message of the same
-// reason is not worth a write, it goes with the next one; but for an
-// identity mismatch, the message is what the operator must read.
+// member is reachable, the reason it fails, or what it serves. A new
+// message of the same reason is not worth a write, it goes with the next
+// one; but for an identity mismatch, the message is what the operator must
+// read.
 func healthChanged(l *coordinationv1.Lease, h leaseHealth) bool {
 	return l.Annotations[AnnotationReachable] != strconv.FormatBool(h.reachable) ||
 		l.Annotations[AnnotationErrorReason] != h.reason ||
 		h.reason == reasonIdentityMismatch && l.Annotations[AnnotationErrorMessage] != leaseMessage(h.message) ||
-		l.Annotations[AnnotationAboutID] != h.aboutID
+		l.Annotations[AnnotationAboutID] != h.aboutID ||
+		l.Annotations[AnnotationServiceExportVersion] != h.exportVersion
 }
 
 // leaseMessage is msg as AnnotationErrorMessage holds it.
@@ -125,6 +132,10 @@ func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
 	delete(a, AnnotationAboutID)
 	if h.aboutID != "" {
 		a[AnnotationAboutID] = h.aboutID
+	}
+	delete(a, AnnotationServiceExportVersion)
+	if h.exportVersion != "" {
+		a[AnnotationServiceExportVersion] = h.exportVersion
 	}
 	if h.reason != "" {
 		a[AnnotationErrorReason], a[AnnotationErrorMessage] = h.reason, leaseMessage(h.message)

@@ -281,6 +281,33 @@ func TestIdentityMismatchMessagesAreWorthALeaseWrite(t *testing.T) {
 	}
 }
 
+// The ServiceExport version a synced member is read in goes on its Lease,
+// and a change of it is worth a write.
+func TestLeaseSaysWhichServiceExportVersionTheMemberServes(t *testing.T) {
+	st := lifecycle.State{Phase: lifecycle.Synced, Owned: true, ExportVersion: lifecycle.ExportNotServed}
+	h, ok := desiredLeaseHealth(st)
+	if !ok {
+		t.Fatal("nothing to publish for a synced member")
+	}
+	l := &coordinationv1.Lease{}
+	setHealth(l, h, time.Now())
+	if got := l.Annotations[AnnotationServiceExportVersion]; got != lifecycle.ExportNotServed {
+		t.Fatalf("%s = %q, want %q", AnnotationServiceExportVersion, got, lifecycle.ExportNotServed)
+	}
+	st.ExportVersion = "v1alpha1"
+	h, _ = desiredLeaseHealth(st)
+	if !healthChanged(l, h) {
+		t.Fatal("a new ServiceExport version is not worth a write")
+	}
+	setHealth(l, h, time.Now())
+	st.ExportVersion = ""
+	h, _ = desiredLeaseHealth(st)
+	setHealth(l, h, time.Now())
+	if _, ok := l.Annotations[AnnotationServiceExportVersion]; ok {
+		t.Fatalf("annotation kept for a member whose ServiceExports are not read: %v", l.Annotations)
+	}
+}
+
 // TestLeaseOfAMemberRegisteredAfterTheMergerStartedIsDeleted: a member
 // registered after the merging replica started, owned (and its Lease
 // written) by another replica, then unregistered, must not leave its Lease

@@ -113,6 +113,9 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		return nil, fmt.Errorf("hub MCS client: %w", err)
 	}
 
+	if err := checkServiceImportServed(hub.Discovery()); err != nil {
+		return nil, err
+	}
 	if len(o.HubServiceCIDRs) == 0 {
 		if err := checkServiceCIDRsServed(hub.Discovery()); err != nil {
 			return nil, err
@@ -422,4 +425,31 @@ func checkServiceCIDRsServed(d discovery.DiscoveryInterface) error {
 		klog.InfoS("Could not check that the hub serves ServiceCIDRs; watching them", "err", err)
 	}
 	return nil
+}
+
+// checkServiceImportServed refuses a hub whose ServiceImport CRD does not
+// serve v1beta1, the version the daemon writes: an older copy (v1alpha1
+// only, mcs-api before v0.5.0) or none. A hub that cannot be asked is
+// not refused: its informers say what fails.
+func checkServiceImportServed(d discovery.DiscoveryInterface) error {
+	serves := func(gv string) (bool, error) {
+		list, err := d.ServerResourcesForGroupVersion(gv)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "serviceimports" }), err
+	}
+	ok, err := serves(mcsv1beta1.SchemeGroupVersion.String())
+	if err != nil {
+		klog.InfoS("Could not check that the hub serves ServiceImports as v1beta1; watching them", "err", err)
+		return nil
+	}
+	if ok {
+		return nil
+	}
+	const need = "the daemon writes multicluster.x-k8s.io/v1beta1 ServiceImports: install the mcs-api CRDs of v0.5.0 or later (config/crd, or the chart's), which serve v1beta1 and v1alpha1"
+	if old, _ := serves("multicluster.x-k8s.io/v1alpha1"); old {
+		return fmt.Errorf("the hub's CustomResourceDefinition serviceimports.multicluster.x-k8s.io serves v1alpha1 but not v1beta1; %s", need)
+	}
+	return fmt.Errorf("the hub serves no CustomResourceDefinition serviceimports.multicluster.x-k8s.io; %s", need)
 }

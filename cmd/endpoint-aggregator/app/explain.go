@@ -436,7 +436,8 @@ func (o *explainOptions) clientsFor(cfg *rest.Config, err error) (kubernetes.Int
 	return kube, mcs, nil
 }
 
-// readMember reads the member's Service, slices and ServiceExport.
+// readMember reads the member's Service, slices and ServiceExport, the
+// latter in the version the member serves.
 func (o *explainOptions) readMember(ctx context.Context, kube kubernetes.Interface, mcs mcsclientset.Interface, m *explain.Member) {
 	svc, err := kube.CoreV1().Services(o.namespace).Get(ctx, o.service, metav1.GetOptions{})
 	switch {
@@ -456,8 +457,21 @@ func (o *explainOptions) readMember(ctx context.Context, kube kubernetes.Interfa
 	for i := range list.Items {
 		m.Slices = append(m.Slices, endpoints.ProjectSlice(&list.Items[i]))
 	}
-	if se, err := mcs.MulticlusterV1beta1().ServiceExports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
-		m.Export = se
+	v, err := clusters.ServedExportVersion(ctx, kube.Discovery())
+	if err != nil {
+		m.ReadError = err.Error()
+		return
+	}
+	m.ExportVersion = string(v)
+	switch v {
+	case clusters.ExportV1beta1:
+		if se, err := mcs.MulticlusterV1beta1().ServiceExports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
+			m.Export = se
+		}
+	case clusters.ExportV1alpha1:
+		if se, err := mcs.MulticlusterV1alpha1().ServiceExports(o.namespace).Get(ctx, o.service, metav1.GetOptions{}); err == nil {
+			m.Export = clusters.ServiceExportV1beta1(se)
+		}
 	}
 }
 

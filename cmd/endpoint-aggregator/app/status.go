@@ -79,6 +79,10 @@ or a member that is being withdrawn).
                      the replica holding the member's fence Lease, "(to X)"
                      while it is handed to replica X, "(lapsed)" when that
                      replica's peer Lease was not renewed in time.
+  SERVICEEXPORT      shown when a member serves ServiceExports other than as
+                     v1beta1: the version the daemon reads them in (v1alpha1),
+                     or "ServiceExport not served" for a member without the
+                     CRD, which is synced with nothing exported.
   ENDPOINTS          endpoints in the hub EndpointSlices sourced from it.
   CONFLICT           how many ServiceImports of its exports have Conflict=True,
                      which, and the conflict reasons (the condition's message

@@ -66,6 +66,7 @@ func applyLeaseHealth(r *memberStatus, l *coordinationv1.Lease) {
 		return
 	}
 	r.Cause = h.Reason
+	r.ServiceExport = l.Annotations[easync.AnnotationServiceExportVersion]
 	r.AboutID, r.IDSource = l.Annotations[easync.AnnotationAboutID], "registration"
 	if r.AboutID == r.Name {
 		r.IDSource = "registration, About API agrees"

@@ -131,3 +131,48 @@ func TestStatusShowsWhereEachNameComesFrom(t *testing.T) {
 		t.Errorf("ID FROM shown although no member says its id:\n%s", out.String())
 	}
 }
+
+// TestStatusSaysServiceExportNotServed: the SERVICEEXPORT column appears
+// once a member is read other than as v1beta1; a member serving no
+// ServiceExport is connected, with no error, and the column says so.
+func TestStatusSaysServiceExportNotServed(t *testing.T) {
+	ago := statusNow.Add(-time.Minute).Format(time.RFC3339)
+	serving := func(l coordinationv1.Lease, v string) coordinationv1.Lease {
+		l.Annotations[easync.AnnotationServiceExportVersion] = v
+		return l
+	}
+	in := statusInput{
+		Namespace: statusNS,
+		Secrets:   []corev1.Secret{regSecret("current", "", time.Hour), regSecret("old", "", time.Hour), regSecret("bare", "", time.Hour)},
+		Leases: []coordinationv1.Lease{
+			serving(healthLease("current", 5*time.Second, "true", ago, "", ""), "v1beta1"),
+			serving(healthLease("old", 5*time.Second, "true", ago, "", ""), "v1alpha1"),
+			serving(healthLease("bare", 5*time.Second, "true", ago, "", ""), "none"),
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	want := map[string]string{"current": "v1beta1", "old": "v1alpha1", "bare": "ServiceExport not served"}
+	for _, r := range rows {
+		if got := exportCell(r.ServiceExport); got != want[r.Name] || r.LastError != "" || r.Connected != statusTrue {
+			t.Errorf("%s: serviceexport %q, connected %s, last error %q; want %q, True, none", r.Name, got, r.Connected, r.LastError, want[r.Name])
+		}
+	}
+	var out bytes.Buffer
+	if err := printMemberStatuses(&out, "table", statusNS, rows, statusNow); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "SERVICEEXPORT") || !strings.Contains(out.String(), "ServiceExport not served") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	for _, r := range rows {
+		if r.Name == "current" {
+			out.Reset()
+			if err := printMemberStatuses(&out, "table", statusNS, []memberStatus{r}, statusNow); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if strings.Contains(out.String(), "SERVICEEXPORT") {
+		t.Errorf("SERVICEEXPORT shown although every member serves v1beta1:\n%s", out.String())
+	}
+}

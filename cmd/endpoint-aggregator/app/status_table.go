@@ -19,6 +19,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/shard"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
 )
@@ -76,6 +77,10 @@ type memberStatus struct {
 	// comes from: "registration", or "registration, About API agrees".
 	AboutID  string `json:"aboutID,omitempty"`
 	IDSource string `json:"idSource,omitempty"`
+	// ServiceExport is the version in which the daemon reads the member's
+	// ServiceExports (v1beta1, v1alpha1), or "none" when the member
+	// serves none; "" when the daemon does not say.
+	ServiceExport string `json:"serviceExport,omitempty"`
 	// Conflicts are the daemon's ServiceImports of the member's exports
 	// whose exports conflict (Conflict=True), sorted.
 	Conflicts []statusConflict `json:"conflicts,omitempty"`
@@ -415,9 +420,11 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 		for _, r := range rows {
 			sharded = sharded || r.Sharded
 		}
-		about := false // some member says its own id: show where names come from
+		about := false   // some member says its own id: show where names come from
+		exports := false // some member serves ServiceExports other than as v1beta1
 		for _, r := range rows {
 			about = about || r.AboutID != ""
+			exports = exports || r.ServiceExport != "" && r.ServiceExport != string(clusters.ExportV1beta1)
 		}
 		tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 		owner := ""
@@ -426,6 +433,9 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 		}
 		if about {
 			owner += "ID FROM\t"
+		}
+		if exports {
+			owner += "SERVICEEXPORT\t"
 		}
 		fmt.Fprintln(tw, "NAME\tSECRET\t"+owner+"CONNECTED\tSYNCED\tSERVICES\tENDPOINTS\tCONFLICT\tLAST ERROR\tAGE")
 		for _, r := range rows {
@@ -445,6 +455,9 @@ func printMemberStatuses(w io.Writer, format, namespace string, rows []memberSta
 			}
 			if about {
 				secret += "\t" + idCell(r)
+			}
+			if exports {
+				secret += "\t" + exportCell(r.ServiceExport)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.Name, secret, r.Connected, r.Synced, r.Services, r.Endpoints, conflictCell(r.Conflicts), lastErr, age)
 		}
@@ -486,6 +499,18 @@ func statusCell(s string, n int) string {
 		return string(r)
 	}
 	return string(r[:n-3]) + "..."
+}
+
+// exportCell is the SERVICEEXPORT column: the version the daemon reads
+// the member's ServiceExports in.
+func exportCell(v string) string {
+	switch v {
+	case "":
+		return "<unknown>"
+	case lifecycle.ExportNotServed:
+		return "ServiceExport not served"
+	}
+	return v
 }
 
 // idCell is the ID FROM column: where the member's name comes from, and

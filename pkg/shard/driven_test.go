@@ -272,3 +272,59 @@ func TestLeaderDeletesAPeerLeaseOnlyAsSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeKeepsAFenceReassignedMeanwhile: a holder decided to hand X over
+// to B, which said it synced; before its free wrote, the leader gave X to
+// E, which has not. The free must read whom X is assigned to now, and keep
+// the fence rather than free it to an assignee that is not ready.
+func TestFreeKeepsAFenceReassignedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	d := newDriven(t)
+	x := memberFor("b", "b", "c")
+	d.leader = "l"
+	l := d.add("l", x)
+	d.step("l")
+	l.c.BeginDrain(ctx) // leads, takes nothing
+	c := d.add("c", x)
+	d.step("l", "c")
+	d.step("l", "c")
+	if f := d.fence(x); f.holder != "c" {
+		t.Fatalf("setup: %s held by %q, want c", x, f.holder)
+	}
+	d.add("b", x)
+	for range 4 {
+		if f := d.fence(x); f.ready == "b" {
+			break
+		}
+		d.step("l", "b")
+	}
+	if f := d.fence(x); f.holder != "c" || f.assignedTo != "b" || f.ready != "b" {
+		t.Fatalf("setup: %s held by %q, assigned to %q, ready %q; want c, b, b", x, f.holder, f.assignedTo, f.ready)
+	}
+	// C decides to hand X over; its free has not run yet.
+	c.c.Renew(ctx)
+	c.cache.Catch(-1)
+	c.c.Reconcile(ctx)
+	if len(c.frees) != 1 {
+		t.Fatalf("setup: c started %d frees, want 1", len(c.frees))
+	}
+	// The leader gives X to E meanwhile, as assign writes it.
+	api := d.hub.Client().CoordinationV1().Leases(drivenNS)
+	lease, err := api.Get(ctx, FenceName(x), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Annotations[AnnotationAssignedTo] = "e"
+	delete(lease.Annotations, AnnotationReady)
+	if _, err := api.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.frees[0]()
+	c.frees = nil
+	if f := d.fence(x); f.holder != "c" {
+		t.Fatalf("%s held by %q, assigned to %q (ready %q): c freed it to an assignee that did not say it synced", x, f.holder, f.assignedTo, f.ready)
+	}
+	if owns, _ := c.c.Owns(x); !owns {
+		t.Fatalf("c holds %s still, but does not own it", x)
+	}
+}

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -158,6 +159,10 @@ func (c *Coordinator) free(ctx context.Context, cluster string) {
 			c.dropHeld(cluster)
 			return
 		}
+		if !c.stillFrees(fenceOf(l)) {
+			klog.V(2).InfoS("Kept a member's fence: it was assigned anew during the handover", "cluster", cluster, "to", l.Annotations[AnnotationAssignedTo])
+			return
+		}
 		l.Spec.HolderIdentity = ptr.To("")
 		err = c.writeFence(ctx, cluster, l)
 		if err == nil {
@@ -180,4 +185,18 @@ func (c *Coordinator) dropHeld(cluster string) {
 	c.mu.Lock()
 	delete(c.held, cluster)
 	c.mu.Unlock()
+}
+
+// stillFrees reports whether a release decided earlier still holds for the
+// fence as the API server shows it now: this replica gives up or no longer
+// has the member registered, or the member's assignee, another replica,
+// said it is ready. The leader may have assigned the member anew since.
+func (c *Coordinator) stillFrees(f fence) bool {
+	c.mu.Lock()
+	giveUp := c.giveUp
+	c.mu.Unlock()
+	if giveUp || !slices.Contains(c.members.Names(), f.cluster) {
+		return true
+	}
+	return f.assignedTo != c.opts.Identity && f.assignedTo != "" && f.ready == f.assignedTo
 }

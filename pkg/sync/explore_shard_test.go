@@ -50,10 +50,6 @@ const (
 	// A→B→A: a member assigned back to a replica that said it was ready
 	// for it in an earlier assignment, while another holds it.
 	exploreShardBack = "sharding: a member assigned back to an assignee that said ready before (A→B→A)"
-	// A holder that decided to hand a member over frees its fence even
-	// when the leader assigned the member to another replica meanwhile,
-	// one that has not said it synced the member (Coordinator.free).
-	exploreShardFreeUnready = "sharding: a fence freed to an assignee not ready (reassigned during the free)"
 	// A drained replica left while the hub named it a fence's holder: its
 	// take was applied and its answer lost (Coordinator.Drain counts what
 	// it knows it holds).
@@ -517,11 +513,7 @@ func (w *world) leaseChanged(l *coordinationv1.Lease, deleted bool) {
 			return
 		}
 		switch {
-		case l.Annotations[shard.AnnotationReady] != to:
-			// The holder decided on an earlier assignment; the free
-			// re-reads the fence but not whom it is assigned to now.
-			w.tally[exploreShardFreeUnready]++
-		case !s.ready[cluster]:
+		case l.Annotations[shard.AnnotationReady] != to || !s.ready[cluster]:
 			w.refuse(fmt.Errorf("oracle: %s freed the fence of %s to %s on a readiness not said in this assignment by a synced assignee", was, cluster, to))
 		default:
 			w.tally[faultShardHandover]++

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -326,5 +327,48 @@ func TestFreeKeepsAFenceReassignedMeanwhile(t *testing.T) {
 	}
 	if owns, _ := c.c.Owns(x); !owns {
 		t.Fatalf("c holds %s still, but does not own it", x)
+	}
+}
+
+// TestTakeWithLostAnswerCountsAsHeld: the hub took B's take of X but its
+// answer was lost. Until B learns whether it holds X, a drain must count X
+// as held: a replica that left holding X at the hub, its peer Lease
+// deleted, would leave X unowned for a second lease duration.
+func TestTakeWithLostAnswerCountsAsHeld(t *testing.T) {
+	ctx := context.Background()
+	d := newDriven(t)
+	d.leader = "l"
+	l := d.add("l", "x")
+	d.step("l")
+	l.c.BeginDrain(ctx) // leads, takes nothing
+	b := d.add("b", "x")
+	b.c.Renew(ctx)
+	d.step("l")
+	if f := d.fence("x"); f.assignedTo != "b" || f.holder != "" {
+		t.Fatalf("setup: x assigned to %q, held by %q; want b, nobody", f.assignedTo, f.holder)
+	}
+	lost := false
+	d.hub.After = func(verb, name string) error {
+		if verb == "update" && name == FenceName("x") && !lost {
+			lost = true
+			return apierrors.NewTimeoutError("the answer was lost", 1)
+		}
+		return nil
+	}
+	d.step("b")
+	d.hub.After = nil
+	if f := d.fence("x"); !lost || f.holder != "b" {
+		t.Fatalf("setup: x held by %q (answer lost: %v), want b", f.holder, lost)
+	}
+	if n := b.c.Holding(); n != 1 {
+		t.Fatalf("b holds x at the hub but counts %d fences held", n)
+	}
+	// Once its cache shows the take, b knows and holds x.
+	d.step("l", "b")
+	if n := b.c.Holding(); n != 1 {
+		t.Fatalf("b counts %d fences held after its cache showed x, want 1", n)
+	}
+	if owns, _ := b.c.Owns("x"); !owns {
+		t.Fatal("b does not own x after its cache showed its take")
 	}
 }

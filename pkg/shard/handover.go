@@ -78,9 +78,15 @@ func (c *Coordinator) take(ctx context.Context, f fence, msg string, kv ...inter
 	l.Spec.RenewTime = &now
 	if err := c.writeFence(ctx, f.cluster, l); err != nil {
 		klog.V(2).InfoS("Could not take a member's fence", "cluster", f.cluster, "err", err)
+		if !refused(err) {
+			c.mu.Lock()
+			c.unsure[f.cluster] = true
+			c.mu.Unlock()
+		}
 		return
 	}
 	c.mu.Lock()
+	delete(c.unsure, f.cluster)
 	c.held[f.cluster] = epoch
 	assigned, ok := c.assignedAt[f.cluster]
 	delete(c.assignedAt, f.cluster)
@@ -184,6 +190,7 @@ func (c *Coordinator) free(ctx context.Context, cluster string) {
 func (c *Coordinator) dropHeld(cluster string) {
 	c.mu.Lock()
 	delete(c.held, cluster)
+	delete(c.unsure, cluster)
 	c.mu.Unlock()
 }
 
@@ -199,4 +206,35 @@ func (c *Coordinator) stillFrees(f fence) bool {
 		return true
 	}
 	return f.assignedTo != c.opts.Identity && f.assignedTo != "" && f.ready == f.assignedTo
+}
+
+// refused: the API server answered a write and did not apply it.
+func refused(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) ||
+		apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)
+}
+
+// resolveUnsure reads each fence whose take got no answer: one the API
+// server shows held by another, or by nobody, or gone, is not held here.
+// One it shows held here stays unsure until the cache shows it too, and
+// decide confirms it.
+func (c *Coordinator) resolveUnsure(ctx context.Context) {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.unsure))
+	for n := range c.unsure {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		l, err := c.hub.CoordinationV1().Leases(c.opts.Namespace).Get(ctx, FenceName(n), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue // asked again next time
+		}
+		if err == nil && fenceOf(l).holder == c.opts.Identity {
+			continue
+		}
+		c.mu.Lock()
+		delete(c.unsure, n)
+		c.mu.Unlock()
+	}
 }

@@ -50,10 +50,6 @@ const (
 	// A→B→A: a member assigned back to a replica that said it was ready
 	// for it in an earlier assignment, while another holds it.
 	exploreShardBack = "sharding: a member assigned back to an assignee that said ready before (A→B→A)"
-	// A drained replica left while the hub named it a fence's holder: its
-	// take was applied and its answer lost (Coordinator.Drain counts what
-	// it knows it holds).
-	exploreShardLeftHolding = "sharding: a replica left still holding a fence at the hub"
 )
 
 var shardClasses = []string{exploreSharded, faultShardHandover, faultShardBusy, faultShardJoin, faultShardLeave, faultShardCrash,
@@ -949,14 +945,11 @@ func (w *world) leave(r *replica) {
 	w.tally[faultShardLeave]++
 	w.drainWorkers(r)
 	w.coordStep(r, r.sh.coord.Leave)
-	for _, l := range w.shard.leases {
-		if l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
-			// A take whose answer was lost: the hub names it holder,
-			// its coordinator does not know. The others find its peer
-			// Lease deleted, then absent for a lease duration more.
-			w.tally[exploreShardLeftHolding]++
-			w.shard.quiet = maxTime(w.shard.quiet, w.now.Add(simLeaseDuration))
-			break
+	for _, name := range sortedKeysOf(w.shard.leases) {
+		if l := w.shard.leases[name]; l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
+			// Its peer Lease is gone: the others would count it alive a
+			// lease duration more, and the member unowned meanwhile.
+			w.refuse(fmt.Errorf("oracle: %s left while the hub names it the holder of %s's fence", r.name, l.Labels[shard.LabelFenceCluster]))
 		}
 	}
 	if w.shard.lead == r {

@@ -25,9 +25,7 @@ func (c *Coordinator) Drain(ctx context.Context) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c.mu.Lock()
-		n := len(c.held)
-		c.mu.Unlock()
+		n := c.Holding()
 		if n == 0 {
 			break
 		}
@@ -63,11 +61,18 @@ func (c *Coordinator) GiveUp() {
 	c.Kick()
 }
 
-// Holding is how many fences this replica holds.
+// Holding is how many fences this replica holds, or may hold: a take
+// whose answer was lost counts until a read says.
 func (c *Coordinator) Holding() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held)
+	n := len(c.held)
+	for cluster := range c.unsure {
+		if _, ok := c.held[cluster]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // giveUpWhenAlone gives up when no other replica is alive to hand over to:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -309,5 +310,104 @@ func TestTheLeaderAssignsOnlyOnceItsOwnLeaseIsWritten(t *testing.T) {
 	}
 	if mine == 0 {
 		t.Errorf("the leader assigned itself none of %d members", len(names))
+	}
+}
+
+// TestFreeKeepsAFenceReassignedMeanwhile: a holder decided to hand X over
+// to B, which said it synced; before its free wrote, the leader gave X to
+// E, which has not. The free must read whom X is assigned to now, and keep
+// the fence rather than free it to an assignee that is not ready.
+func TestFreeKeepsAFenceReassignedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	d := newDriven(t)
+	x := memberFor("b", "b", "c")
+	d.leader = "l"
+	l := d.add("l", x)
+	d.step("l")
+	l.c.BeginDrain(ctx) // leads, takes nothing
+	c := d.add("c", x)
+	d.step("l", "c")
+	d.step("l", "c")
+	if f := d.fence(x); f.holder != "c" {
+		t.Fatalf("setup: %s held by %q, want c", x, f.holder)
+	}
+	d.add("b", x)
+	for range 4 {
+		if f := d.fence(x); f.ready == "b" {
+			break
+		}
+		d.step("l", "b")
+	}
+	if f := d.fence(x); f.holder != "c" || f.assignedTo != "b" || f.ready != "b" {
+		t.Fatalf("setup: %s held by %q, assigned to %q, ready %q; want c, b, b", x, f.holder, f.assignedTo, f.ready)
+	}
+	// C decides to hand X over; its free has not run yet.
+	c.c.Renew(ctx)
+	c.cache.Catch(-1)
+	c.c.Reconcile(ctx)
+	if len(c.frees) != 1 {
+		t.Fatalf("setup: c started %d frees, want 1", len(c.frees))
+	}
+	// The leader gives X to E meanwhile, as assign writes it.
+	api := d.hub.Client().CoordinationV1().Leases(drivenNS)
+	lease, err := api.Get(ctx, FenceName(x), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Annotations[AnnotationAssignedTo] = "e"
+	delete(lease.Annotations, AnnotationReady)
+	if _, err := api.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.frees[0]()
+	c.frees = nil
+	if f := d.fence(x); f.holder != "c" {
+		t.Fatalf("%s held by %q, assigned to %q (ready %q): c freed it to an assignee that did not say it synced", x, f.holder, f.assignedTo, f.ready)
+	}
+	if owns, _ := c.c.Owns(x); !owns {
+		t.Fatalf("c holds %s still, but does not own it", x)
+	}
+}
+
+// TestTakeWithLostAnswerCountsAsHeld: the hub took B's take of X but its
+// answer was lost. Until B learns whether it holds X, a drain must count X
+// as held: a replica that left holding X at the hub, its peer Lease
+// deleted, would leave X unowned for a second lease duration.
+func TestTakeWithLostAnswerCountsAsHeld(t *testing.T) {
+	ctx := context.Background()
+	d := newDriven(t)
+	d.leader = "l"
+	l := d.add("l", "x")
+	d.step("l")
+	l.c.BeginDrain(ctx) // leads, takes nothing
+	b := d.add("b", "x")
+	b.c.Renew(ctx)
+	d.step("l")
+	if f := d.fence("x"); f.assignedTo != "b" || f.holder != "" {
+		t.Fatalf("setup: x assigned to %q, held by %q; want b, nobody", f.assignedTo, f.holder)
+	}
+	lost := false
+	d.hub.After = func(verb, name string) error {
+		if verb == "update" && name == FenceName("x") && !lost {
+			lost = true
+			return apierrors.NewTimeoutError("the answer was lost", 1)
+		}
+		return nil
+	}
+	d.step("b")
+	d.hub.After = nil
+	if f := d.fence("x"); !lost || f.holder != "b" {
+		t.Fatalf("setup: x held by %q (answer lost: %v), want b", f.holder, lost)
+	}
+	if n := b.c.Holding(); n != 1 {
+		t.Fatalf("b holds x at the hub but counts %d fences held", n)
+	}
+	// Once its cache shows the take, b knows and holds x.
+	d.step("l", "b")
+	if n := b.c.Holding(); n != 1 {
+		t.Fatalf("b counts %d fences held after its cache showed x, want 1", n)
+	}
+	if owns, _ := b.c.Owns("x"); !owns {
+		t.Fatal("b does not own x after its cache showed its take")
 	}
 }

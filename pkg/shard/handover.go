@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -77,9 +78,15 @@ func (c *Coordinator) take(ctx context.Context, f fence, msg string, kv ...inter
 	l.Spec.RenewTime = &now
 	if err := c.writeFence(ctx, f.cluster, l); err != nil {
 		klog.V(2).InfoS("Could not take a member's fence", "cluster", f.cluster, "err", err)
+		if !refused(err) {
+			c.mu.Lock()
+			c.unsure[f.cluster] = true
+			c.mu.Unlock()
+		}
 		return
 	}
 	c.mu.Lock()
+	delete(c.unsure, f.cluster)
 	c.held[f.cluster] = epoch
 	assigned, ok := c.assignedAt[f.cluster]
 	delete(c.assignedAt, f.cluster)
@@ -158,6 +165,10 @@ func (c *Coordinator) free(ctx context.Context, cluster string) {
 			c.dropHeld(cluster)
 			return
 		}
+		if !c.stillFrees(fenceOf(l)) {
+			klog.V(2).InfoS("Kept a member's fence: it was assigned anew during the handover", "cluster", cluster, "to", l.Annotations[AnnotationAssignedTo])
+			return
+		}
 		l.Spec.HolderIdentity = ptr.To("")
 		err = c.writeFence(ctx, cluster, l)
 		if err == nil {
@@ -179,5 +190,51 @@ func (c *Coordinator) free(ctx context.Context, cluster string) {
 func (c *Coordinator) dropHeld(cluster string) {
 	c.mu.Lock()
 	delete(c.held, cluster)
+	delete(c.unsure, cluster)
 	c.mu.Unlock()
+}
+
+// stillFrees reports whether a release decided earlier still holds for the
+// fence as the API server shows it now: this replica gives up or no longer
+// has the member registered, or the member's assignee, another replica,
+// said it is ready. The leader may have assigned the member anew since.
+func (c *Coordinator) stillFrees(f fence) bool {
+	c.mu.Lock()
+	giveUp := c.giveUp
+	c.mu.Unlock()
+	if giveUp || !slices.Contains(c.members.Names(), f.cluster) {
+		return true
+	}
+	return f.assignedTo != c.opts.Identity && f.assignedTo != "" && f.ready == f.assignedTo
+}
+
+// refused: the API server answered a write and did not apply it.
+func refused(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) ||
+		apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)
+}
+
+// resolveUnsure reads each fence whose take got no answer: one the API
+// server shows held by another, or by nobody, or gone, is not held here.
+// One it shows held here stays unsure until the cache shows it too, and
+// decide confirms it.
+func (c *Coordinator) resolveUnsure(ctx context.Context) {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.unsure))
+	for n := range c.unsure {
+		names = append(names, n)
+	}
+	c.mu.Unlock()
+	for _, n := range names {
+		l, err := c.hub.CoordinationV1().Leases(c.opts.Namespace).Get(ctx, FenceName(n), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue // asked again next time
+		}
+		if err == nil && fenceOf(l).holder == c.opts.Identity {
+			continue
+		}
+		c.mu.Lock()
+		delete(c.unsure, n)
+		c.mu.Unlock()
+	}
 }

@@ -16,10 +16,14 @@ type ownership struct {
 	held      map[string]int
 	releasing map[string]bool
 	wanted    map[string]bool
+	// unsure are the fences whose take failed with no answer: the API
+	// server may have taken it. They count as held for a drain until a
+	// read of the fence says (resolveUnsure).
+	unsure map[string]bool
 }
 
 func newOwnership() ownership {
-	return ownership{held: map[string]int{}, releasing: map[string]bool{}, wanted: map[string]bool{}}
+	return ownership{held: map[string]int{}, releasing: map[string]bool{}, wanted: map[string]bool{}, unsure: map[string]bool{}}
 }
 
 // Wants reports whether this replica should run a connection to a member:

@@ -15,6 +15,7 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 	c.mu.Lock()
 	c.dead = map[string]bool{}
 	c.mu.Unlock()
+	c.resolveUnsure(ctx)
 	// Registrations read before the registry read its Secrets may miss
 	// some: every member assigned among them says nothing of the others.
 	complete := c.members.SecretsSynced()
@@ -184,6 +185,7 @@ func (c *Coordinator) do(ctx context.Context, act action, f fence) {
 		c.mu.Lock()
 		delete(c.held, f.cluster)
 		delete(c.releasing, f.cluster)
+		delete(c.unsure, f.cluster)
 		c.mu.Unlock()
 		klog.InfoS("Lost a member's fence to another replica; no longer writing it", "cluster", f.cluster, "holder", f.holder)
 		c.syncer.OwnershipChanged(f.cluster)

@@ -19,7 +19,10 @@ import (
 // controller's own lanes, as the daemon does; only delays and backoff are
 // simulated then.
 type simQueue struct {
-	real       workqueue.TypedInterface[Key]
+	real workqueue.TypedInterface[Key]
+	// adds are the keys added to real since it was last read: the
+	// controller adds some in map order, so they enter real sorted.
+	adds       []Key
 	rng        *rand.Rand
 	now        func() time.Time
 	ready      []Key
@@ -39,7 +42,7 @@ func newSimQueue(rng *rand.Rand, now func() time.Time) *simQueue {
 
 func (q *simQueue) Add(k Key) {
 	if q.real != nil {
-		q.real.Add(k)
+		q.adds = append(q.adds, k)
 		return
 	}
 	switch {
@@ -52,8 +55,22 @@ func (q *simQueue) Add(k Key) {
 	}
 }
 
+// flush adds the keys added since real was last read, in key order.
+func (q *simQueue) flush() {
+	slices.SortFunc(q.adds, compareKeys)
+	for _, k := range slices.Compact(q.adds) {
+		q.real.Add(k)
+	}
+	q.adds = q.adds[:0]
+}
+
+func compareKeys(a, b Key) int {
+	return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
 func (q *simQueue) Len() int {
 	if q.real != nil {
+		q.flush()
 		return q.real.Len()
 	}
 	return len(q.ready)
@@ -62,6 +79,7 @@ func (q *simQueue) Len() int {
 // Get hands out a random ready key; the explorer calls it only when one is.
 func (q *simQueue) Get() (Key, bool) {
 	if q.real != nil {
+		q.flush()
 		if q.shut || q.real.Len() == 0 {
 			return Key{}, true
 		}
@@ -74,9 +92,7 @@ func (q *simQueue) Get() (Key, bool) {
 	}
 	// The controller queues some keys in map order: sort, so that a seed
 	// replays the same order.
-	slices.SortFunc(q.ready, func(a, b Key) int {
-		return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(q.ready, compareKeys)
 	i := q.rng.Intn(len(q.ready))
 	k := q.ready[i]
 	q.ready = append(q.ready[:i], q.ready[i+1:]...)
@@ -88,6 +104,7 @@ func (q *simQueue) Get() (Key, bool) {
 
 func (q *simQueue) Done(k Key) {
 	if q.real != nil {
+		q.flush()
 		q.real.Done(k)
 		return
 	}
@@ -141,6 +158,9 @@ func (q *simQueue) nextDue() (time.Time, bool) {
 // release queues the delayed keys due by now, in key order (their order
 // among each other is then the random pick of Get).
 func (q *simQueue) release() {
+	if q.real != nil {
+		q.flush()
+	}
 	now := q.now()
 	var due []Key
 	for k, at := range q.delayed {

@@ -47,19 +47,14 @@ const (
 	exploreShardTake        = "sharding: a fence taken from a dead holder"
 	exploreShardConfirm     = "sharding: a fence confirmed after a lapse"
 	exploreShardDeadline    = "sharding: a write refused at its deadline"
-	// A holder that decided to hand a member over frees its fence even
-	// when the leader assigned the member to another replica meanwhile,
-	// one that has not said it synced the member (Coordinator.free).
-	exploreShardFreeUnready = "sharding: a fence freed to an assignee not ready (reassigned during the free)"
-	// A drained replica left while the hub named it a fence's holder: its
-	// take was applied and its answer lost (Coordinator.Drain counts what
-	// it knows it holds).
-	exploreShardLeftHolding = "sharding: a replica left still holding a fence at the hub"
+	// A→B→A: a member assigned back to a replica that said it was ready
+	// for it in an earlier assignment, while another holds it.
+	exploreShardBack = "sharding: a member assigned back to an assignee that said ready before (A→B→A)"
 )
 
 var shardClasses = []string{exploreSharded, faultShardHandover, faultShardBusy, faultShardJoin, faultShardLeave, faultShardCrash,
 	faultShardRestart, faultShardPause, faultShardLag, faultShardLeaseFail, faultShardLeaseConflict, faultShardLeaseLost,
-	faultShardPeerDeleted, faultShardLeader, faultShardLeaderMid, exploreShardTake, exploreShardConfirm, exploreShardDeadline}
+	faultShardPeerDeleted, faultShardLeader, faultShardLeaderMid, exploreShardTake, exploreShardConfirm, exploreShardDeadline, exploreShardBack}
 
 // The timing of the explorer's Leases, and the namespace they live in.
 const (
@@ -90,6 +85,9 @@ type shardWorld struct {
 	releasing   bool
 	everLed     bool
 	faults      int // sharding faults left
+	// midFaults are the faults left for a handover whose assignee said
+	// it is ready (handoverFaults).
+	midFaults int
 	// quiet is when the last sharding fault or registration change took
 	// effect; unowned since when each registered member has had no
 	// holder whose deadline holds.
@@ -98,7 +96,10 @@ type shardWorld struct {
 	// ready holds the members whose assignee, warm, said it is ready in
 	// the fence's current assignment.
 	ready map[string]bool
-	err   error // the first failure the oracle found
+	// saidReady is the replica that last said it was ready for each
+	// member, until it takes the member's fence.
+	saidReady map[string]string
+	err       error // the first failure the oracle found
 
 	// mu guards what the coordinators' parallel calls touch: the Lease
 	// faults planned, the tally through them, and the ownership notices.
@@ -152,7 +153,7 @@ type freeTask struct {
 
 func newShardWorld(faults int) *shardWorld {
 	s := &shardWorld{hub: leasehub.New(), leases: map[string]*coordinationv1.Lease{}, renewed: map[string]time.Time{},
-		unowned: map[string]time.Time{}, ready: map[string]bool{}, plan: map[string]string{}, faults: faults, quiet: simEpoch}
+		unowned: map[string]time.Time{}, ready: map[string]bool{}, saidReady: map[string]string{}, plan: map[string]string{}, faults: faults, quiet: simEpoch}
 	s.audit = s.hub.NewCache()
 	return s
 }
@@ -162,6 +163,7 @@ func newShardWorld(faults int) *shardWorld {
 func (w *world) startShard() error {
 	w.tally[exploreSharded]++
 	s := w.shard
+	s.midFaults = 2 + w.rng.Intn(2)
 	s.hub.Before, s.hub.After = w.leaseBefore, w.leaseAfter
 	s.audit.Deliver = w.leaseChanged
 	if w.rng.Intn(2) == 0 {
@@ -478,6 +480,15 @@ func (w *world) leaseChanged(l *coordinationv1.Lease, deleted bool) {
 	cluster := l.Labels[shard.LabelFenceCluster]
 	was, is := ptr.Deref(prev.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.HolderIdentity, "")
 	to := l.Annotations[shard.AnnotationAssignedTo]
+	if ready := l.Annotations[shard.AnnotationReady]; ready != "" && ready != prev.Annotations[shard.AnnotationReady] {
+		s.saidReady[cluster] = ready
+	}
+	if is != "" && is == s.saidReady[cluster] {
+		delete(s.saidReady, cluster)
+	}
+	if to != prev.Annotations[shard.AnnotationAssignedTo] && to != "" && to == s.saidReady[cluster] && is != "" && is != to {
+		w.tally[exploreShardBack]++
+	}
 	switch ready := l.Annotations[shard.AnnotationReady]; {
 	case to != prev.Annotations[shard.AnnotationAssignedTo] || (is != was && is != ""):
 		// A new assignment, or a new holder: readiness is said anew.
@@ -498,11 +509,7 @@ func (w *world) leaseChanged(l *coordinationv1.Lease, deleted bool) {
 			return
 		}
 		switch {
-		case l.Annotations[shard.AnnotationReady] != to:
-			// The holder decided on an earlier assignment; the free
-			// re-reads the fence but not whom it is assigned to now.
-			w.tally[exploreShardFreeUnready]++
-		case !s.ready[cluster]:
+		case l.Annotations[shard.AnnotationReady] != to || !s.ready[cluster]:
 			w.refuse(fmt.Errorf("oracle: %s freed the fence of %s to %s on a readiness not said in this assignment by a synced assignee", was, cluster, to))
 		default:
 			w.tally[faultShardHandover]++
@@ -674,6 +681,14 @@ func (w *world) shardSteps() []step {
 	if w.started && s.faults > 0 && w.rng.Intn(6) == 0 {
 		for _, f := range w.shardFaults() {
 			out = append(out, step{f.name, func() { s.faults--; s.quiet = maxTime(s.quiet, w.now); f.do() }})
+		}
+	} else if w.started && s.midFaults > 0 && w.rng.Intn(4) == 0 {
+		for _, f := range w.handoverFaults() {
+			out = append(out, step{f.name, func() {
+				s.midFaults--
+				s.quiet = maxTime(s.quiet, w.now)
+				f.do()
+			}})
 		}
 	}
 	return out
@@ -849,11 +864,7 @@ func (w *world) shardFaults() []step {
 			h.paused = true
 			h.pausedUntil = maxTime(w.now, h.coord.Deadline()).Add(time.Second + time.Duration(w.rng.Int63n(int64(simLeaseDuration))))
 		}})
-		out = append(out, step{"sharding: " + r.name + "'s Lease watch stalls", func() {
-			w.tally[faultShardLag]++
-			h.lagsUntil = w.now.Add(simLeaseDuration + time.Duration(w.rng.Int63n(int64(10*time.Second))))
-			s.quiet = maxTime(s.quiet, h.lagsUntil)
-		}})
+		out = append(out, step{"sharding: " + r.name + "'s Lease watch stalls", func() { w.stall(r) }})
 		// Weighed up: a planned fault fires only on the Lease's next call.
 		plan := step{"sharding: a Lease call of " + r.name + " will fail", func() { w.planLeaseFault(r) }}
 		out = append(out, plan, plan)
@@ -886,6 +897,13 @@ func (w *world) shardFaults() []step {
 		}
 	}
 	return out
+}
+
+// stall holds r's Lease watch back for more than a lease duration.
+func (w *world) stall(r *replica) {
+	w.tally[faultShardLag]++
+	r.sh.lagsUntil = w.now.Add(simLeaseDuration + time.Duration(w.rng.Int63n(int64(10*time.Second))))
+	w.shard.quiet = maxTime(w.shard.quiet, r.sh.lagsUntil)
 }
 
 // planLeaseFault plans the fate of r's next call on one of the Leases it
@@ -927,14 +945,11 @@ func (w *world) leave(r *replica) {
 	w.tally[faultShardLeave]++
 	w.drainWorkers(r)
 	w.coordStep(r, r.sh.coord.Leave)
-	for _, l := range w.shard.leases {
-		if l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
-			// A take whose answer was lost: the hub names it holder,
-			// its coordinator does not know. The others find its peer
-			// Lease deleted, then absent for a lease duration more.
-			w.tally[exploreShardLeftHolding]++
-			w.shard.quiet = maxTime(w.shard.quiet, w.now.Add(simLeaseDuration))
-			break
+	for _, name := range sortedKeysOf(w.shard.leases) {
+		if l := w.shard.leases[name]; l.Labels[shard.LabelRole] == shard.RoleFence && ptr.Deref(l.Spec.HolderIdentity, "") == r.name {
+			// Its peer Lease is gone: the others would count it alive a
+			// lease duration more, and the member unowned meanwhile.
+			w.refuse(fmt.Errorf("oracle: %s left while the hub names it the holder of %s's fence", r.name, l.Labels[shard.LabelFenceCluster]))
 		}
 	}
 	if w.shard.lead == r {
@@ -1162,4 +1177,32 @@ func nameOf(r *replica) string {
 		return "nobody"
 	}
 	return r.name
+}
+
+// handoverFaults strike a handover under way: its assignee pauses past
+// its lease duration, so that the leader gives the member to another and,
+// once it resumes, back to it.
+func (w *world) handoverFaults() []step {
+	var out []step
+	for _, name := range sortedKeysOf(w.shard.leases) {
+		l := w.shard.leases[name]
+		if l.Labels[shard.LabelRole] != shard.RoleFence {
+			continue
+		}
+		to, holder := l.Annotations[shard.AnnotationAssignedTo], ptr.Deref(l.Spec.HolderIdentity, "")
+		r := w.replicaNamed(to)
+		if holder == "" || to == holder || l.Annotations[shard.AnnotationReady] != to || r == nil || r.sh.paused || r.sh.draining {
+			continue
+		}
+		if hr := w.replicaNamed(holder); hr != nil && !hr.sh.paused && !w.now.Before(hr.sh.lagsUntil) {
+			out = append(out, step{"sharding: " + holder + "'s Lease watch stalls while it hands over", func() { w.stall(hr) }})
+		}
+		h := r.sh
+		out = append(out, step{"sharding: " + r.name + ", an assignee, pauses past its lease", func() {
+			w.tally[faultShardPause]++
+			h.paused = true
+			h.pausedUntil = maxTime(w.now, h.coord.Deadline()).Add(simLeaseDuration - simBudget + time.Second + time.Duration(w.rng.Int63n(int64(simLeaseDuration))))
+		}})
+	}
+	return out
 }

@@ -52,6 +52,9 @@ var (
 //   - every member ServiceExport carries the conditions package endpoints
 //     computes from that export and the expected import;
 //   - no foreign object was touched;
+//   - no replica keeps or reports per-member state (its store, its
+//     cluster-labelled series) of a member it does not hold, or that is
+//     no longer registered (explore_reports_test.go);
 //   - one more full resync (of every replica, when sharded) writes nothing.
 func TestExploreOrders(t *testing.T) {
 	if *exploreSeed >= 0 {
@@ -185,6 +188,9 @@ func explore(seed int64, logf func(string, ...interface{})) (map[string]int, err
 	if err := w.checkModel(); err != nil {
 		return w.tally, err
 	}
+	if err := w.checkReports(); err != nil {
+		return w.tally, err
+	}
 	// One more full resync, without faults: it must write nothing.
 	before := w.srv.changes
 	w.log("full resync")
@@ -204,7 +210,10 @@ func explore(seed int64, logf func(string, ...interface{})) (map[string]int, err
 	if n := w.srv.changes - before; n > 0 {
 		return w.tally, fmt.Errorf("a full resync of a converged hub wrote %d times", n)
 	}
-	return w.tally, w.check()
+	if err := w.check(); err != nil {
+		return w.tally, err
+	}
+	return w.tally, w.checkReports()
 }
 
 func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {

@@ -794,8 +794,13 @@ func (w *world) leaderSteps() []step {
 	// holds the leader Lease still, and takes it again at once.
 	lapsed := s.lead != nil && !s.releasing && !w.now.Before(s.leadRenewed.Add(simBudget))
 	for _, r := range w.live() {
-		if (free && r != s.lead) || (lapsed && r == s.lead) {
+		switch {
+		case free && r != s.lead:
 			out = append(out, step{r.name + " takes the leader Lease", func() { w.takeLead(r) }})
+		case lapsed && r == s.lead:
+			// A leader late to renew is upkeep, not news: a run where
+			// only that recurs is quiet.
+			out = append(out, step{"lease: " + r.name + " takes the leader Lease again", func() { w.takeLead(r) }})
 		}
 	}
 	return out
@@ -1008,9 +1013,14 @@ func (w *world) shardKick() {
 // checkOwners is the liveness oracle after each step: once the world is
 // quiet (a lease duration after the last fault took effect: by then every
 // replica sees the dead as dead), no registered member goes without a
-// holder whose deadline holds for longer than a lease duration.
+// holder whose deadline holds for longer than a lease duration. While no
+// replica is live (every one crashed, paused or draining), nobody can own
+// a member: the world is not quiet then.
 func (w *world) checkOwners() {
 	s := w.shard
+	if len(w.live()) == 0 {
+		s.quiet = maxTime(s.quiet, w.now)
+	}
 	names := w.members.Names()
 	for c := range s.unowned {
 		if !slices.Contains(names, c) {
@@ -1099,6 +1109,23 @@ func (w *world) shardQuiescent() error {
 		return fmt.Errorf("quiescent with sharding unsettled: %v", err)
 	}
 	return nil
+}
+
+// flushKicks runs the reconcile each replica owes what its cache last
+// showed, as the real one does at once; true if it ran any. A run is not
+// over while one is owed: a replica that learns there that it lost a
+// member still has that member's state to drop.
+func (w *world) flushKicks() bool {
+	ran := false
+	for _, r := range w.running() {
+		if h := r.sh; h.kicked && !h.paused {
+			w.log("lease: %s reconciles", r.name)
+			h.kicked, h.nextRecon = false, w.now.Add(simRetryPeriod)
+			w.coordStep(r, h.coord.Reconcile)
+			ran = true
+		}
+	}
+	return ran
 }
 
 // shardUpkeepOnly: every step enabled is a replica's lease upkeep or the

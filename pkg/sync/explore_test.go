@@ -616,6 +616,9 @@ func (w *world) run(limit int) error {
 			// Sharded replicas renew their Leases forever: the run is
 			// quiet once nothing else is due for long.
 			if due, ok := w.nextDue(); !ok || due.Sub(idle) > 11*time.Minute {
+				if w.flushKicks() && !w.shardUpkeepOnly(w.enabled()) {
+					continue // the reconciles owed left work
+				}
 				return w.quiescent()
 			}
 		}
@@ -656,7 +659,11 @@ func (w *world) run(limit int) error {
 			idle = w.now
 		}
 	}
-	return fmt.Errorf("no quiescence after %d steps (queue %d, delayed %d)", w.steps, w.queue.Len(), len(w.queue.delayed))
+	err := fmt.Errorf("no quiescence after %d steps (queue %d, delayed %d)", w.steps, w.queue.Len(), len(w.queue.delayed))
+	if w.shard != nil {
+		err = fmt.Errorf("%w; sharding: %v", err, w.shardSettled())
+	}
+	return err
 }
 
 // nextDue is the next time something is due: a delayed key, or a member's

@@ -119,7 +119,7 @@ func memberStatusRow(t *testing.T, kubeconfig, cluster string, want func(statusR
 // ServiceExport conditions in v1alpha1.
 func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 	cs := testenv.StartAllT(t,
-		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
+		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Audit: true}},
 		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true}},
 		testenv.Spec{Name: "west"}, // no mcs-api CRDs
 	)
@@ -214,6 +214,7 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 	t.Run("upgrading the member's CRD in place and back rewrites nothing in the hub", func(t *testing.T) {
 		d.waitSettled(t)
 		before := e.ourObjects(t)
+		from := time.Now()
 		crds := apiextensionsclient.NewForConfigOrDie(e.west.Config).ApiextensionsV1().CustomResourceDefinitions()
 		current := &apiextensionsv1.CustomResourceDefinition{}
 		if err := yaml.Unmarshal(mcscrd.ServiceExportCRD, current); err != nil {
@@ -259,6 +260,7 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 		if len(after) != len(before) {
 			t.Errorf("hub objects %d before the CRD changes, %d after", len(before), len(after))
 		}
+		checkNoRoutingWrites(t, e.hub.AuditLogPath, from, time.Now())
 		if st := e.hubState(t, "web"); st.ready["west"] != 3 {
 			t.Errorf("west's endpoints in the hub: %v, want 3", st.ready)
 		}
@@ -272,6 +274,7 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		from := time.Now()
 		unserved := crd.Spec.DeepCopy()
 		for i := range unserved.Versions {
 			unserved.Versions[i].Served = false
@@ -289,6 +292,8 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 		// Served again: a new export is read (the failure itself shows in
 		// LAST ERROR until it is two minutes old, as any list failure).
 		replaceCRDSpec(t, crds, crd.Spec, nil)
+		d.waitSettled(t)
+		checkNoRoutingWrites(t, e.hub.AuditLogPath, from, time.Now())
 		west.service(t, "api", nil)
 		if _, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Create(context.Background(),
 			&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: "api"}}, metav1.CreateOptions{}); err != nil {
@@ -329,6 +334,33 @@ func TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only(t *testing.T) {
 		t.Fatalf("NewDaemon on a v1alpha1-only hub: %v; want a refusal naming the CRD and v1beta1", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// checkNoRoutingWrites fails the test for any write the hub's audit log at
+// path shows to a Service, Endpoints, EndpointSlice or ServiceImport of the
+// app namespace, received between from and to: while a member's CRD
+// changes and its exports stay, nothing that routes may change. The log
+// must show such writes before from (the daemon's first sync): an empty or
+// unread log proves nothing.
+func checkNoRoutingWrites(t *testing.T, path string, from, to time.Time) {
+	t.Helper()
+	routing := []string{"services", "endpoints", "endpointslices", "serviceimports"}
+	earlier := 0
+	for _, ev := range auditWrites(t, path) {
+		if ev.ObjectRef.Namespace != appNamespace || !slices.Contains(routing, ev.ObjectRef.Resource) {
+			continue
+		}
+		switch at := ev.Received.Time; {
+		case at.Before(from):
+			earlier++
+		case !at.After(to):
+			t.Errorf("hub audit log: %s %s/%s by %s at %s, while west's CRD changed and its exports stayed",
+				ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.User.Username, at.Format(time.RFC3339Nano))
+		}
+	}
+	if earlier == 0 {
+		t.Errorf("hub audit log %s shows no write to the app namespace's routing objects before %s: the oracle reads nothing", path, from.Format(time.RFC3339Nano))
+	}
 }
 
 // replaceCRDSpec sets the ServiceExport CRD's spec and, when stored is not

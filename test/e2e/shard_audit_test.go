@@ -189,20 +189,9 @@ type auditEvent struct {
 	Done     metav1.MicroTime `json:"stageTimestamp"`
 }
 
-// writesChecked counts what checkNoOverlappingWriters checked: writes to
-// member and merged objects, and the holder changes of fences and of the
-// leader Lease.
-type writesChecked struct{ member, merged, fenceChanges, leaderChanges int }
-
-// checkNoOverlappingWriters reads the hub's audit log and fails the test
-// for any write to a member's hub objects (its per-cluster Service and
-// Endpoints, its MCS slices) by a replica that was not the holder of the
-// member's fence when the write arrived: the holder set by the last fence
-// write that completed before it; and for any write to the merged objects
-// (the ServiceImport, the derived Service) by one that did not hold the
-// leader Lease then. Identities are the API server's users, tied to the
-// replicas' identities by the peer Leases they wrote.
-func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (w writesChecked) {
+// auditWrites reads the writes to named objects that succeeded from the
+// audit log at path, in the order they completed.
+func auditWrites(t *testing.T, path string) []auditEvent {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -225,7 +214,25 @@ func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (w 
 		t.Fatal(err)
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Done.Before(&events[j].Done) })
+	return events
+}
 
+// writesChecked counts what checkNoOverlappingWriters checked: writes to
+// member and merged objects, and the holder changes of fences and of the
+// leader Lease.
+type writesChecked struct{ member, merged, fenceChanges, leaderChanges int }
+
+// checkNoOverlappingWriters reads the hub's audit log and fails the test
+// for any write to a member's hub objects (its per-cluster Service and
+// Endpoints, its MCS slices) by a replica that was not the holder of the
+// member's fence when the write arrived: the holder set by the last fence
+// write that completed before it; and for any write to the merged objects
+// (the ServiceImport, the derived Service) by one that did not hold the
+// leader Lease then. Identities are the API server's users, tied to the
+// replicas' identities by the peer Leases they wrote.
+func checkNoOverlappingWriters(t *testing.T, path string, clusters []string) (w writesChecked) {
+	t.Helper()
+	events := auditWrites(t, path)
 	identityOf := map[string]string{} // API server user → replica identity
 	owner := map[string]string{}      // hub object → its member, or merged
 	fences := map[string]string{}     // fence Lease → its member, or merged

@@ -14,7 +14,8 @@ var derivedLabelKeys = []string{mcsv1beta1.LabelServiceName, LabelManagedBy}
 // DerivedService returns the hub Service backing imp: the Service that
 // kube-proxy and DNS serve for the cluster set, whose endpoints are the hub
 // slices planned by PlanSlices. It is selectorless, of type ClusterIP, and
-// headless for a Headless import; its cluster IPs become imp's IPs. Its IP
+// headless for a Headless import or one without ports (the API takes no
+// ClusterIP Service without one); its cluster IPs become imp's IPs. Its IP
 // family policy is SingleStack for one family and RequireDualStack for two.
 //
 // The caller sets the owner reference to imp, which needs imp's UID.
@@ -39,7 +40,7 @@ func DerivedService(imp *mcsv1beta1.ServiceImport) *corev1.Service {
 			TrafficDistribution:   clonePtr(spec.TrafficDistribution),
 		},
 	}
-	if spec.Type == mcsv1beta1.Headless {
+	if spec.Type == mcsv1beta1.Headless || len(spec.Ports) == 0 {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
 	for _, p := range spec.Ports {

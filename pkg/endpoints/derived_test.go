@@ -60,6 +60,15 @@ func TestDerivedService(t *testing.T) {
 		{"dual stack", testImport(mcsv1beta1.ClusterSetIP, corev1.IPv6Protocol, corev1.IPv4Protocol),
 			spec("", ptr.To(corev1.IPFamilyPolicyRequireDualStack), corev1.IPv6Protocol, corev1.IPv4Protocol)},
 		{"no families", testImport(mcsv1beta1.ClusterSetIP), spec("", nil)},
+		{"no ports: headless, as the API takes no ClusterIP Service without one", func() *mcsv1beta1.ServiceImport {
+			imp := testImport(mcsv1beta1.ClusterSetIP, corev1.IPv4Protocol)
+			imp.Spec.Ports = nil
+			return imp
+		}(), func() corev1.ServiceSpec {
+			s := spec(corev1.ClusterIPNone, ptr.To(corev1.IPFamilyPolicySingleStack), corev1.IPv4Protocol)
+			s.Ports = nil
+			return s
+		}()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,5 +147,19 @@ func TestDerivedServiceUpToDate(t *testing.T) {
 				t.Error("MergeDerivedService modified live")
 			}
 		})
+	}
+}
+
+// TestImportIPsOfAHeadlessDerivedService: a derived Service made headless
+// for want of ports gives its import no IP ("None" is not one).
+func TestImportIPsOfAHeadlessDerivedService(t *testing.T) {
+	imp := testImport(mcsv1beta1.ClusterSetIP, corev1.IPv4Protocol)
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, ClusterIPs: []string{corev1.ClusterIPNone}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}}
+	if got := ImportIPs(imp, svc); len(got) != 0 {
+		t.Errorf("ImportIPs of a headless derived Service = %v, want none", got)
+	}
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "10.96.0.7", []string{"10.96.0.7"}
+	if got := ImportIPs(imp, svc); len(got) != 1 || got[0] != "10.96.0.7" {
+		t.Errorf("ImportIPs = %v, want [10.96.0.7]", got)
 	}
 }

@@ -63,8 +63,10 @@ func perClusterMeta(src Source) metav1.ObjectMeta {
 // The Service is selectorless: its endpoints come from PerClusterEndpoints.
 // It is always of type ClusterIP, so no node port or load balancer is ever
 // allocated in the hub for a member NodePort or LoadBalancer Service. It is
-// headless when the member Service is or mode is PerClusterHeadless. IP
-// families are left to the hub's defaults.
+// headless when the member Service is, when mode is PerClusterHeadless, or
+// when the member Service has no port (only a lying member sends that: the
+// API takes no ClusterIP Service without one). IP families are left to the
+// hub's defaults.
 func PerClusterService(src Source, mode PerClusterMode) *corev1.Service {
 	if mode == PerClusterOff {
 		return nil
@@ -78,7 +80,7 @@ func PerClusterService(src Source, mode PerClusterMode) *corev1.Service {
 			SessionAffinityConfig: member.SessionAffinityConfig.DeepCopy(),
 		},
 	}
-	if mode == PerClusterHeadless || isHeadless(src.Service) {
+	if mode == PerClusterHeadless || isHeadless(src.Service) || len(member.Ports) == 0 {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
 	for _, p := range member.Ports {

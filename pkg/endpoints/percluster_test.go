@@ -58,6 +58,8 @@ func TestPerClusterService(t *testing.T) {
 		{name: "mirror headless", service: member(func(s *corev1.Service) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
 		}), mode: PerClusterMirror, want: spec(corev1.ClusterIPNone)},
+		{name: "no ports: headless, as the API takes no ClusterIP Service without one", service: member(func(s *corev1.Service) { s.Spec.Ports = nil }),
+			mode: PerClusterMirror, want: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone}},
 		{name: "NodePort becomes ClusterIP", service: member(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }), mode: PerClusterMirror, want: spec("")},
 		{name: "LoadBalancer becomes ClusterIP", service: member(func(s *corev1.Service) {
 			s.Spec.Type = corev1.ServiceTypeLoadBalancer

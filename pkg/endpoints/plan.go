@@ -205,9 +205,10 @@ func ImportOwner(imp *mcsv1beta1.ServiceImport) metav1.OwnerReference {
 }
 
 // ImportIPs lists the derived Service's cluster IPs, one per family in the
-// import's ipFamilies order; Headless imports have none.
+// import's ipFamilies order; Headless imports, and those whose derived
+// Service is headless (no ports), have none.
 func ImportIPs(imp *mcsv1beta1.ServiceImport, svc *corev1.Service) []string {
-	if imp.Spec.Type == mcsv1beta1.Headless || svc == nil {
+	if imp.Spec.Type == mcsv1beta1.Headless || svc == nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil
 	}
 	ips := svc.Spec.ClusterIPs

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -16,8 +17,8 @@ const maxClientIPAffinitySeconds = 86400
 // refuse in the objects built from it (the ServiceImport, the derived and
 // per-cluster Services), which a member behind anything but a stock API
 // server may send: invalid ports (name, number, protocol, appProtocol), a
-// port name used again or an unnamed port beside named ones (the first
-// stays), and a session affinity, its config, IP families, internal
+// port name, or number and protocol, used again or an unnamed port beside
+// named ones (the first stays), and a session affinity, its config, IP families, internal
 // traffic policy or traffic distribution the API does not know, which are
 // unset. A merge of many members' exports would otherwise fail for all of
 // them on one member's port. It returns svc itself when clean, and what it
@@ -38,7 +39,7 @@ func SanitizeService(svc *corev1.Service) (*corev1.Service, []string) {
 			dropped = true
 			continue
 		}
-		seen[p.Name] = true
+		seen[p.Name], seen[portKey(p)] = true, true
 		keep = append(keep, p)
 	}
 	affinity := spec.SessionAffinity != "" && spec.SessionAffinity != corev1.ServiceAffinityNone && spec.SessionAffinity != corev1.ServiceAffinityClientIP
@@ -106,20 +107,44 @@ func servicePortProblem(p corev1.ServicePort, n int, seen map[string]bool) strin
 		return "unnamed beside other ports"
 	case seen[p.Name]:
 		return "name used by an earlier port"
+	case seen[portKey(p)]:
+		return "number and protocol used by an earlier port"
 	}
 	return ""
 }
 
+// portKey is a port's number and protocol, which no two ports of a Service
+// may share; it cannot be a port name.
+func portKey(p corev1.ServicePort) string {
+	return fmt.Sprintf("#%d/%s", p.Port, protocolOrTCP(p.Protocol))
+}
+
+// reservedKey: the keys under the prefixes of our own labels and
+// annotations and of the MCS API's, and the managed-by label. An export
+// may not set them on the ServiceImport: the daemon reads them there.
+func reservedKey(k string) bool {
+	prefix, _, ok := strings.Cut(k, "/")
+	return k == LabelManagedBy || ok && (prefix == ourPrefix || prefix == mcsPrefix)
+}
+
+const (
+	ourPrefix = "endpoint-aggregator.io"
+	mcsPrefix = "multicluster.kubernetes.io"
+)
+
 // SanitizeExported returns the exported labels (annotations false) or
 // annotations (true) of a ServiceExport that the hub can hold on its
 // ServiceImport: labels with valid keys and values, annotations with valid
-// keys; and what it removed. Their size is FitExport's to bound.
+// keys, none of them reserved (reservedKey); and what it removed. Their size is FitExport's to bound.
 // m is not modified; it is returned as it is when clean.
 func SanitizeExported(m map[string]string, annotations bool) (map[string]string, []string) {
 	var problems []string
 	bad := func(k, v string) string {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return "key: " + errs[0]
+		}
+		if reservedKey(k) {
+			return "key: reserved for the daemon and the MCS API, which read it to tell whose the ServiceImport is"
 		}
 		if errs := validation.IsValidLabelValue(v); !annotations && len(errs) > 0 {
 			return "value: " + errs[0]

@@ -29,6 +29,8 @@ func TestSanitizeServiceDropsWhatTheHubWouldRefuse(t *testing.T) {
 				{Name: "", Port: 9090},
 				{Name: "grpc", Port: 9000, AppProtocol: ptr.To("not a qualified name!")},
 				{Name: "metrics", Port: 9100, Protocol: corev1.ProtocolUDP},
+				{Name: "again", Port: 80}, // http's number and protocol (TCP by default)
+				{Name: "dns", Port: 80, Protocol: corev1.ProtocolUDP},
 			},
 			SessionAffinity:       "Sticky",
 			SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](1 << 30)}},
@@ -43,15 +45,16 @@ func TestSanitizeServiceDropsWhatTheHubWouldRefuse(t *testing.T) {
 	for _, p := range out.Spec.Ports {
 		names = append(names, p.Name)
 	}
-	if !slices.Equal(names, []string{"http", "metrics"}) {
-		t.Errorf("ports kept %v, want [http metrics]", names)
+	if !slices.Equal(names, []string{"http", "metrics", "dns"}) {
+		t.Errorf("ports kept %v, want [http metrics dns]", names)
 	}
 	if out.Spec.SessionAffinity != corev1.ServiceAffinityNone || out.Spec.SessionAffinityConfig != nil || out.Spec.IPFamilies != nil ||
 		out.Spec.InternalTrafficPolicy != nil || out.Spec.TrafficDistribution != nil {
 		t.Errorf("unknown values kept: %+v", out.Spec)
 	}
-	if len(problems) != 12 || !strings.Contains(strings.Join(problems, "; "), "port Not_A_Label 81/: name is not a DNS label") {
-		t.Errorf("problems %q, want the 7 ports and 5 fields named", problems)
+	if len(problems) != 13 || !strings.Contains(strings.Join(problems, "; "), "port Not_A_Label 81/: name is not a DNS label") ||
+		!strings.Contains(strings.Join(problems, "; "), "port again 80/: number and protocol used by an earlier port") {
+		t.Errorf("problems %q, want the 8 ports and 5 fields named", problems)
 	}
 	if fmt.Sprintf("%+v", before) != fmt.Sprintf("%+v", svc) {
 		t.Error("input mutated")
@@ -75,6 +78,15 @@ func TestSanitizeExported(t *testing.T) {
 	got, problems = SanitizeExported(annotations, true)
 	if len(got) != 1 || got["note"] == "" || len(problems) != 1 {
 		t.Errorf("annotations: %v, %q; want note only", got, problems)
+	}
+	// Keys the daemon reads to tell whose a ServiceImport is: an export
+	// that set them would take the shared import from every exporter.
+	reserved := map[string]string{"tier": "web", "multicluster.kubernetes.io/service-name": "other",
+		"multicluster.kubernetes.io/source-cluster": "west", "endpoint-aggregator.io/source-cluster": "west", LabelManagedBy: "someone"}
+	for _, annotations := range []bool{false, true} {
+		if got, problems := SanitizeExported(reserved, annotations); len(got) != 1 || got["tier"] != "web" || len(problems) != 4 {
+			t.Errorf("reserved keys (annotations %v): %v, %q; want tier only and four problems", annotations, got, problems)
+		}
 	}
 	clean := map[string]string{"tier": "web"}
 	if got, problems := SanitizeExported(clean, false); len(got) != 1 || problems != nil {

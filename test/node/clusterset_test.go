@@ -303,7 +303,7 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 		aggregated := aggregatedVersions(t, hub)
 		loop := startClientLoop(clientIP, clusterset)
 		start := time.Now()
-		// As the README's "Upgrading" says: the new release's CRDs first
+		// As docs/upgrading.md's "Upgrading" says: the new release's CRDs first
 		// (Helm never upgrades them), then helm upgrade.
 		pulled := t.TempDir()
 		helm(t, hub.KubeconfigPath, "pull", current.ChartRef, "--version", current.ChartVersion, "--ca-file", reg.CAFile,

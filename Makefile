@@ -76,6 +76,16 @@ HELM := $(abspath $(CACHE_DIR))/bin/helm-$(HELM_VERSION)/helm
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(abspath $(CACHE_DIR))/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
+# Where the builds of the pinned tools and the module downloads write their
+# output: the terminal gets one line per build, and a failed one the log's
+# tail.
+BUILD_LOG = $(abspath $(CACHE_DIR))/build.log
+
+# quietly: $(1) runs with its output appended to BUILD_LOG.
+define quietly
+mkdir -p $(dir $(BUILD_LOG)); { $(1); } >>$(BUILD_LOG) 2>&1 || { echo "build failed; the last lines of $(BUILD_LOG):" >&2; tail -n 40 $(BUILD_LOG) >&2; exit 1; }
+endef
+
 .DEFAULT_GOAL := help
 
 ##@ General
@@ -89,8 +99,14 @@ help: ## Show this help
 ##@ Development
 
 .PHONY: build
-build: ## Build bin/endpoint-aggregator
+build: modules ## Build bin/endpoint-aggregator
 	$(GO) build -o $(BINARY) ./cmd/endpoint-aggregator
+
+# The main module's and hack/image's modules, downloaded into the module
+# cache with the noise in BUILD_LOG; seconds when they are there.
+.PHONY: modules
+modules:
+	@$(call quietly,$(GO) mod download && $(GO) mod download -C hack/image)
 
 .PHONY: demo
 demo: $(DEMO_TOOLS) build ## Run a hub and two member clusters with the daemon aggregating them (Ctrl-C stops); builds only etcd and kube-apiserver
@@ -125,9 +141,9 @@ golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint (pinned GOLANGCI_LINT_VER
 # go install into a temporary GOBIN, then rename, as for Helm.
 $(GOLANGCI_LINT):
 	@mkdir -p $(@D)
-	@echo "go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) -> $@"
+	@echo "building golangci-lint $(GOLANGCI_LINT_VERSION) into the cache, once (a few minutes cold; output in $(BUILD_LOG))"
 	@tmp="$$(mktemp -d '$(@D)/.build.XXXXXX')"; trap 'rm -rf "$$tmp"' EXIT; \
-	GOBIN="$$tmp" $(GO) install -trimpath github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	$(call quietly,GOBIN="$$tmp" $(GO) install -trimpath github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)); \
 	mv -f "$$tmp/golangci-lint" $@
 
 .PHONY: clean
@@ -141,7 +157,7 @@ test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
-test: tools ## Run all tests (unit, e2e, real-node) against the real Kubernetes binaries; builds them first if missing
+test: modules tools ## Run all tests (unit, e2e, real-node) against the real Kubernetes binaries; builds them first if missing
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-node
@@ -276,8 +292,8 @@ print-assets-dir: ## Print the directory the Kubernetes binaries are built into
 # later ones take seconds.
 define build-tool
 	@mkdir -p $(@D)
-	@echo "go build -C hack/tools -o $@ $(1)"
-	@$(GO) build -C hack/tools -ldflags '$(2)' -o $@.tmp $(1)
+	@echo "building $(notdir $@) from source into the cache, once (the first Kubernetes build takes ~10 min cold; output in $(BUILD_LOG))"
+	@$(call quietly,$(GO) build -C hack/tools -ldflags '$(2)' -o $@.tmp $(1))
 	@mv -f $@.tmp $@
 endef
 
@@ -305,16 +321,16 @@ $(ASSETS_DIR)/kube-proxy:
 # CoreDNS with only the plugins the DNS tests use (hack/coredns/main.go).
 $(COREDNS):
 	@mkdir -p $(@D)
-	@echo "go build -C hack/coredns -o $@ ."
-	@$(GO) build -C hack/coredns -o $@.tmp .
+	@echo "building CoreDNS $(COREDNS_VERSION) from source into the cache, once (a few minutes cold; output in $(BUILD_LOG))"
+	@$(call quietly,$(GO) build -C hack/coredns -o $@.tmp .)
 	@mv -f $@.tmp $@
 
 # Prometheus without its service-discovery plugins (the tests scrape static
 # targets) and without the web UI's assets (they query the HTTP API).
 $(PROMETHEUS_DIR)/%:
 	@mkdir -p $(@D)
-	@echo "go build -C hack/prometheus -tags remove_all_sd -o $@ github.com/prometheus/prometheus/cmd/$*"
-	@$(GO) build -C hack/prometheus -tags remove_all_sd -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp github.com/prometheus/prometheus/cmd/$*
+	@echo "building $* $(PROMETHEUS_VERSION) from source into the cache, once (a few minutes cold; output in $(BUILD_LOG))"
+	@$(call quietly,$(GO) build -C hack/prometheus -tags remove_all_sd -ldflags '$(PROMETHEUS_LDFLAGS)' -o $@.tmp github.com/prometheus/prometheus/cmd/$*)
 	@mv -f $@.tmp $@
 
 ##@ Helm chart and container image
@@ -353,9 +369,9 @@ helm: $(HELM) ## Build Helm (pinned HELM_VERSION) into the cache if missing (Go 
 # leaves a half-written binary behind.
 $(HELM):
 	@mkdir -p $(@D)
-	@echo "go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION) -> $@"
+	@echo "building Helm $(HELM_VERSION) into the cache, once (a few minutes cold; output in $(BUILD_LOG))"
 	@tmp="$$(mktemp -d '$(@D)/.build.XXXXXX')"; trap 'rm -rf "$$tmp"' EXIT; \
-	GOBIN="$$tmp" $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	$(call quietly,GOBIN="$$tmp" $(GO) install -trimpath -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)); \
 	mv -f "$$tmp/helm" $@
 
 .PHONY: chart-sync

@@ -136,29 +136,23 @@ func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadabl
 // ServiceExport conditions are written, the clusters it lists and its
 // Conflict condition, which their syncs copy onto the ServiceExports.
 func (c *Controller) importReaders(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
-	statusChanged := c.writesExportStatus() && exportFacing(before) != exportFacing(after)
-	clusters := map[string]bool{}
-	if !statusChanged && endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after)) {
-		// A member newly listed may have read an import that did not
-		// count it yet (its record reached the merging replica late):
-		// it reads this one.
-		if after != nil {
-			for _, s := range after.Status.Clusters {
-				if before == nil || !slices.ContainsFunc(before.Status.Clusters, func(b mcsv1beta1.ClusterStatus) bool { return b.Cluster == s.Cluster }) {
-					clusters[s.Cluster] = true
-				}
-			}
-		}
-	} else {
-		for _, imp := range []*mcsv1beta1.ServiceImport{before, after} {
-			if imp == nil {
-				continue
-			}
-			for _, s := range imp.Status.Clusters {
-				clusters[s.Cluster] = true
-			}
+	changed := c.writesExportStatus() && exportFacing(before) != exportFacing(after) ||
+		!endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after))
+	// Every cluster of both when what they read changed; else only those
+	// newly listed, which may have read an import that did not count them
+	// yet (their record reached the merging replica late).
+	clusters, listed := map[string]bool{}, map[string]bool{}
+	if before != nil {
+		for _, s := range before.Status.Clusters {
+			listed[s.Cluster], clusters[s.Cluster] = true, changed
 		}
 	}
+	if after != nil {
+		for _, s := range after.Status.Clusters {
+			clusters[s.Cluster] = clusters[s.Cluster] || changed || !listed[s.Cluster]
+		}
+	}
+	maps.DeleteFunc(clusters, func(_ string, read bool) bool { return !read })
 	out := make([]Key, 0, len(clusters))
 	for _, cluster := range slices.Sorted(maps.Keys(clusters)) {
 		out = append(out, Key{Cluster: cluster, Namespace: key.Namespace, Name: key.Name})

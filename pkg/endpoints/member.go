@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/compact"
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/intern"
 )
 
 // The member informers cache a projection of each EndpointSlice (see
@@ -30,7 +30,7 @@ type MemberSlice struct {
 	// label, kubernetes.io/service-name.
 	metav1.ObjectMeta
 	AddressType discoveryv1.AddressType
-	// Ports are shared between slices with equal ports (see compact.Ports).
+	// Ports are shared between slices with equal ports (see intern.Ports).
 	// None for a slice that is not IPv4 or IPv6.
 	Ports []discoveryv1.EndpointPort
 	// Endpoints are the member's endpoints the hub could take, in the
@@ -124,7 +124,7 @@ func ProjectSlice(s *discoveryv1.EndpointSlice) *MemberSlice {
 	if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
 		return out
 	}
-	out.Ports = compact.Ports(s.Ports)
+	out.Ports = intern.Ports(s.Ports)
 	if len(s.Endpoints) > 0 {
 		out.Endpoints = make([]MemberEndpoint, 0, len(s.Endpoints))
 	}

@@ -1,5 +1,5 @@
-// Package compact makes cached objects share the values their fields repeat.
-package compact
+// Package intern makes cached objects share the values their fields repeat.
+package intern
 
 import (
 	"encoding/binary"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	stdsync "sync"
 	"syscall"
@@ -168,8 +169,9 @@ func TestShardedReplicasSurviveKillsPausesAndRescalesWithoutOverlappingWriters(t
 
 // auditEvent is what the oracle reads of an audit.k8s.io/v1 Event.
 type auditEvent struct {
-	Verb string `json:"verb"`
-	User struct {
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {
@@ -178,7 +180,8 @@ type auditEvent struct {
 		Name      string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *struct {
-		Code int `json:"code"`
+		Code    int    `json:"code"`
+		Message string `json:"message"`
 	} `json:"responseStatus"`
 	RequestObject *struct {
 		Spec struct {
@@ -193,6 +196,13 @@ type auditEvent struct {
 // audit log at path, in the order they completed.
 func auditWrites(t *testing.T, path string) []auditEvent {
 	t.Helper()
+	return slices.DeleteFunc(auditAnswers(t, path), func(ev auditEvent) bool { return ev.ResponseStatus.Code >= 300 })
+}
+
+// auditAnswers reads every answered request to a named object from the
+// audit log at path, in the order they completed.
+func auditAnswers(t *testing.T, path string) []auditEvent {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +216,7 @@ func auditWrites(t *testing.T, path string) []auditEvent {
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatalf("audit log line: %v", err)
 		}
-		if ev.ObjectRef != nil && ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300 {
+		if ev.ObjectRef != nil && ev.ResponseStatus != nil {
 			events = append(events, ev)
 		}
 	}

@@ -2,8 +2,10 @@ package clusters
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,4 +213,48 @@ func TestMemberThatStopsServingServiceExportsKeepsItsExports(t *testing.T) {
 	// the version now served says it is gone.
 	d.set("v1alpha1")
 	waitUntil(t, func() bool { return c.ExportVersion() == ExportV1alpha1 && c.ServiceExport("shop", "web") == nil })
+}
+
+// TestAFailedListDuringAVersionChangeKeepsTheExports: while a member's CRD
+// changes, a list in the newly served version that fails (a storage
+// migration in flight) withdraws nothing; only a complete list does.
+func TestAFailedListDuringAVersionChangeKeepsTheExports(t *testing.T) {
+	old := exportRediscover
+	exportRediscover = 20 * time.Millisecond
+	defer func() { exportRediscover = old }()
+
+	mcs := mcsfake.NewSimpleClientset(
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}},
+		&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}},
+	)
+	var failing atomic.Bool
+	failing.Store(true)
+	mcs.PrependReactor("list", "serviceexports", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetResource().Version == "v1alpha1" && failing.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("storage migration in flight")
+		}
+		return false, nil, nil
+	})
+	d := &servedVersions{}
+	d.set("v1beta1")
+	c := startExportMember(t, mcs, d)
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("export not read")
+	}
+
+	d.set("v1alpha1")
+	waitUntil(t, func() bool { return slices.Contains(exportActions(mcs, "list"), "v1alpha1") })
+	time.Sleep(200 * time.Millisecond) // what a list returns reaches the cache
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("a failed list of the newly served version withdrew the export")
+	}
+	waitUntil(t, func() bool {
+		f := c.Failure()
+		return f != nil && strings.Contains(f.Message, "storage migration in flight")
+	})
+	failing.Store(false)
+	waitUntil(t, func() bool { return c.ExportVersion() == ExportV1alpha1 })
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("the complete v1alpha1 list, which holds the export, withdrew it")
+	}
 }

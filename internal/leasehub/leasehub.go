@@ -263,11 +263,16 @@ func (c *Cache) Catch(n int) int {
 		} else {
 			_ = c.indexer.Update(l)
 		}
-		if c.Deliver != nil {
-			c.Deliver(l, ch.Deleted)
-		}
+		c.tell(l, ch.Deleted)
 	}
 	return len(changes)
+}
+
+// tell passes a change the cache took in to Deliver, when set.
+func (c *Cache) tell(l *coordinationv1.Lease, deleted bool) {
+	if c.Deliver != nil {
+		c.Deliver(l, deleted)
+	}
 }
 
 // Restart empties the cache and lists the hub again, as a replica that
@@ -283,8 +288,6 @@ func (c *Cache) Restart() {
 	}
 	_ = c.indexer.Replace(objs, "")
 	for _, o := range objs {
-		if c.Deliver != nil {
-			c.Deliver(o.(*coordinationv1.Lease), false)
-		}
+		c.tell(o.(*coordinationv1.Lease), false)
 	}
 }

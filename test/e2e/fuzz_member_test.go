@@ -200,6 +200,23 @@ func fuzzPorts(rng *rand.Rand, service bool) []any {
 	}
 }
 
+// fuzzHints gives every endpoint 8 hints of field (the API's limit) or 9,
+// the last one perhaps naming the first again.
+func fuzzHints(field, prefix string) func(rng *rand.Rand, obj map[string]any) {
+	return func(rng *rand.Rand, obj map[string]any) {
+		eachEndpoint(obj, func(i int, ep map[string]any) {
+			hints := make([]any, 8+rng.IntN(2))
+			for h := range hints {
+				hints[h] = map[string]any{"name": fmt.Sprintf("%s-%d", prefix, h)}
+			}
+			if rng.IntN(2) == 0 {
+				hints[len(hints)-1] = hints[0]
+			}
+			ep["hints"] = map[string]any{field: hints}
+		})
+	}
+}
+
 var sliceMutations = []fuzzMutation{
 	{"slice labels", func(rng *rand.Rand, obj map[string]any) { setMeta(obj, "labels", keepServiceName(obj, fuzzMap(rng))) }},
 	{"slice annotations", func(rng *rand.Rand, obj map[string]any) { setMeta(obj, "annotations", fuzzMap(rng)) }},
@@ -211,26 +228,8 @@ var sliceMutations = []fuzzMutation{
 			}
 		}
 	}},
-	{"zone hints", func(rng *rand.Rand, obj map[string]any) {
-		n := 8 + rng.IntN(2)
-		eachEndpoint(obj, func(i int, ep map[string]any) {
-			zones := make([]any, n)
-			for z := range zones {
-				zones[z] = map[string]any{"name": fmt.Sprintf("zone-%d", z%(n-rng.IntN(2)))}
-			}
-			ep["hints"] = map[string]any{"forZones": zones}
-		})
-	}},
-	{"node hints", func(rng *rand.Rand, obj map[string]any) {
-		n := 8 + rng.IntN(2)
-		eachEndpoint(obj, func(i int, ep map[string]any) {
-			nodes := make([]any, n)
-			for z := range nodes {
-				nodes[z] = map[string]any{"name": fmt.Sprintf("node-%d", z%(n-rng.IntN(2)))}
-			}
-			ep["hints"] = map[string]any{"forNodes": nodes}
-		})
-	}},
+	{"zone hints", fuzzHints("forZones", "zone")},
+	{"node hints", fuzzHints("forNodes", "node")},
 	{"zone and node names", func(rng *rand.Rand, obj map[string]any) {
 		eachEndpoint(obj, func(i int, ep map[string]any) {
 			ep["zone"] = fuzzText(rng, 63+rng.IntN(3)*100)

@@ -220,6 +220,30 @@ func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
 		}
 	})
 
+	t.Run("status shows a write the hub refuses as west's last error", func(t *testing.T) {
+		kubeconfig := cliKubeconfig(t, e.hub, e.east, e.west)
+		eventually(t, waitTimeout, func() error {
+			stdout, stderr, err := runCLI(ctx, "status", "--hub-context", "hub", "-n", daemonNamespace, "-o", "json", "--kubeconfig", kubeconfig)
+			if err != nil {
+				return fmt.Errorf("status: %v\n%s", err, stderr)
+			}
+			var report struct {
+				Members []cliMember `json:"members"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+				return fmt.Errorf("status -o json: %v\n%s", err, stdout)
+			}
+			for _, r := range report.Members {
+				// Its newest failing sync: denied's slices, or cart's
+				// per-cluster Service, whose name a user's Service holds.
+				if r.Name == "west" && strings.HasPrefix(r.LastError, "SyncFailed: writing its hub objects of "+appNamespace+"/") {
+					return nil
+				}
+			}
+			return fmt.Errorf("status rows %+v: west's last error does not name a write the hub refuses", report.Members)
+		})
+	})
+
 	t.Run("promtool check metrics finds nothing", func(t *testing.T) {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {

@@ -237,7 +237,7 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		"involvedObject.kind": "ServiceImport", "involvedObject.name": o.service}.String()}); err != nil {
 		warn("listing the ServiceImport's Events: %v; a failing sync is not shown", err)
 	} else {
-		syncErrors = failingSyncs(list.Items)
+		syncErrors = failingSyncs(list.Items, time.Now())
 	}
 	hubSlices := map[string][]*discoveryv1.EndpointSlice{}
 	if list, err := hub.kube.DiscoveryV1().EndpointSlices(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{
@@ -542,34 +542,6 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 // fenceOwners describes, from the Leases of the daemon's namespace, who
 // writes each member's hub objects when replicas share the members, as
 // status's OWNER column does.
-// failingSyncs returns, by cluster, the message of its newest SyncFailed
-// Event among events (a service's ServiceImport's), when no SyncRecovered
-// came after it. The daemon's messages start with "cluster NAME: ".
-func failingSyncs(events []corev1.Event) map[string]string {
-	newest := map[string]*corev1.Event{}
-	for i := range events {
-		e := &events[i]
-		if e.Reason != easync.ReasonSyncFailed && e.Reason != easync.ReasonSyncRecovered {
-			continue
-		}
-		rest, ok := strings.CutPrefix(e.Message, "cluster ")
-		cluster, _, found := strings.Cut(rest, ": ")
-		if !ok || !found {
-			continue
-		}
-		if n := newest[cluster]; n == nil || eventBefore(n, e) {
-			newest[cluster] = e
-		}
-	}
-	out := map[string]string{}
-	for cluster, e := range newest {
-		if e.Reason == easync.ReasonSyncFailed {
-			out[cluster] = e.Message
-		}
-	}
-	return out
-}
-
 func fenceOwners(leases []coordinationv1.Lease, now time.Time) map[string]string {
 	out := map[string]string{}
 	for c, o := range fenceOwnership(leases, now) {

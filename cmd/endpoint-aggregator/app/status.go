@@ -169,6 +169,11 @@ func listStatusInput(ctx context.Context, hub *cliClients, ns string, warn func(
 	} else {
 		in.Events = events.Items
 	}
+	if events, err := hub.kube.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ServiceImport"}); err != nil {
+		warn("Events about ServiceImports", err)
+	} else {
+		in.ImportEvents = events.Items
+	}
 	if leases, err := hub.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{}); err != nil {
 		warn("Leases", err)
 	} else {

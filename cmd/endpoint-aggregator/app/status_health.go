@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -77,4 +78,49 @@ func applyLeaseHealth(r *memberStatus, l *coordinationv1.Lease) {
 	case memberFailureReason(r.errReason) && h.Reachable == "true" && (h.Since == nil || r.errAt.Before(h.Since.Time)):
 		r.LastError = "" // the failure the Event told of is over
 	}
+}
+
+// syncFailureStale is the age past which a SyncFailed Event no longer
+// says a sync fails now: the daemon retries a failing sync at least every
+// 5 minutes and says the failure again when it is 5 minutes old, so a
+// failure still going on is never older than about 10. An older one was
+// left behind by a daemon that restarted before the sync succeeded.
+const syncFailureStale = 15 * time.Minute
+
+// failingSyncs returns, by cluster, the message of the newest SyncFailed
+// Event among events (on services' ServiceImports) of a service whose
+// sync of that cluster has no SyncRecovered after it, and is not stale at
+// now. The daemon's messages start with "cluster NAME: ".
+func failingSyncs(events []corev1.Event, now time.Time) map[string]string {
+	type clusterService struct{ cluster, namespace, name string }
+	newest := map[clusterService]*corev1.Event{}
+	for i := range events {
+		e := &events[i]
+		if e.Reason != easync.ReasonSyncFailed && e.Reason != easync.ReasonSyncRecovered {
+			continue
+		}
+		rest, ok := strings.CutPrefix(e.Message, "cluster ")
+		cluster, _, found := strings.Cut(rest, ": ")
+		if !ok || !found {
+			continue
+		}
+		k := clusterService{cluster, e.InvolvedObject.Namespace, e.InvolvedObject.Name}
+		if n := newest[k]; n == nil || eventBefore(n, e) {
+			newest[k] = e
+		}
+	}
+	failing := map[string]*corev1.Event{}
+	for k, e := range newest {
+		if e.Reason != easync.ReasonSyncFailed || now.Sub(eventTime(e)) > syncFailureStale {
+			continue
+		}
+		if n := failing[k.cluster]; n == nil || eventBefore(n, e) {
+			failing[k.cluster] = e
+		}
+	}
+	out := make(map[string]string, len(failing))
+	for cluster, e := range failing {
+		out[cluster] = e.Message
+	}
+	return out
 }

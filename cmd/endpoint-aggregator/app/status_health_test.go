@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	easync "github.com/endpoint-aggregator/endpoint-aggregator/pkg/sync"
@@ -174,5 +175,61 @@ func TestStatusSaysServiceExportNotServed(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "SERVICEEXPORT") {
 		t.Errorf("SERVICEEXPORT shown although every member serves v1beta1:\n%s", out.String())
+	}
+}
+
+// importEvent is an Event on the ServiceImport shop/svc, ago before
+// statusNow.
+func importEvent(svc, reason, message string, ago time.Duration) corev1.Event {
+	return corev1.Event{
+		InvolvedObject: corev1.ObjectReference{Kind: "ServiceImport", Namespace: "shop", Name: svc},
+		Reason:         reason, Message: message, LastTimestamp: metav1.NewTime(statusNow.Add(-ago)),
+	}
+}
+
+// A member's failing sync is the newest SyncFailed of a service with no
+// SyncRecovered after it, per cluster and service, and not stale.
+func TestFailingSyncsTakesTheNewestWordPerClusterAndService(t *testing.T) {
+	got := failingSyncs([]corev1.Event{
+		importEvent("cart", easync.ReasonSyncFailed, "cluster east: writing its hub objects of shop/cart fails, retrying: old", 9*time.Minute),
+		importEvent("cart", easync.ReasonSyncFailed, "cluster east: writing its hub objects of shop/cart fails, retrying: new", 8*time.Minute),
+		// east's web recovered later than cart failed: cart still fails.
+		importEvent("web", easync.ReasonSyncFailed, "cluster east: writing its hub objects of shop/web fails, retrying: w", 7*time.Minute),
+		importEvent("web", easync.ReasonSyncRecovered, "cluster east: writing its hub objects of shop/web succeeds again", 6*time.Minute),
+		importEvent("cart", easync.ReasonSyncFailed, "cluster west: writing its hub objects of shop/cart fails, retrying: x", 5*time.Minute),
+		importEvent("cart", easync.ReasonSyncRecovered, "cluster west: writing its hub objects of shop/cart succeeds again", 4*time.Minute),
+		// Left by a daemon that restarted: the failure would have been said again.
+		importEvent("cart", easync.ReasonSyncFailed, "cluster south: writing its hub objects of shop/cart fails, retrying: z", syncFailureStale+time.Minute),
+		importEvent("cart", easync.ReasonSyncFailed, "merging shop/cart fails, retrying: y", time.Minute),
+		importEvent("cart", "EndpointsRefused", "cluster north: 1 endpoint(s) of its export refused", time.Minute),
+	}, statusNow)
+	if len(got) != 1 || got["east"] != "cluster east: writing its hub objects of shop/cart fails, retrying: new" {
+		t.Errorf("failing syncs %q, want east's cart only", got)
+	}
+}
+
+// status shows a member whose hub objects the hub refuses in LAST ERROR,
+// unless the member itself fails: that comes first.
+func TestStatusShowsAFailingSyncAsTheLastError(t *testing.T) {
+	in := statusInput{
+		Secrets: []corev1.Secret{regSecret("east", "", time.Hour), regSecret("west", "", time.Hour)},
+		Events: []corev1.Event{
+			secretEvent("east", clusters.ReasonConnected, "connected", 50*time.Minute),
+			secretEvent("west", clusters.ReasonClientFailed, "west's kubeconfig is broken", 50*time.Minute),
+		},
+		ImportEvents: []corev1.Event{
+			importEvent("cart", easync.ReasonSyncFailed, `cluster east: writing its hub objects of shop/cart fails, retrying: Service "cart-east" is invalid`, time.Minute),
+			importEvent("cart", easync.ReasonSyncFailed, "cluster west: writing its hub objects of shop/cart fails, retrying: x", time.Minute),
+		},
+	}
+	rows := buildMemberStatuses(statusNow, in)
+	if len(rows) != 2 {
+		t.Fatalf("rows %+v", rows)
+	}
+	if want := `SyncFailed: writing its hub objects of shop/cart fails, retrying: Service "cart-east" is invalid`; rows[0].LastError != want {
+		t.Errorf("east's last error %q, want %q", rows[0].LastError, want)
+	}
+	if rows[1].LastError != "west's kubeconfig is broken" {
+		t.Errorf("west's last error %q, want its own failure", rows[1].LastError)
 	}
 }

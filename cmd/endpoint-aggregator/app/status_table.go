@@ -38,6 +38,9 @@ type statusInput struct {
 	Secrets []corev1.Secret
 	// Events are the Events in Namespace about Secrets.
 	Events []corev1.Event
+	// ImportEvents are the Events about ServiceImports, in every
+	// namespace: a member's failing syncs are told there.
+	ImportEvents []corev1.Event
 	// Leases are the Leases in Namespace.
 	Leases []coordinationv1.Lease
 	// ServiceImports, Services and EndpointSlices are the daemon's outputs.
@@ -251,6 +254,7 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 
 	owners := fenceOwnership(in.Leases, now)
 	conflicts := importConflicts(in.ServiceImports)
+	failing := failingSyncs(in.ImportEvents, now)
 
 	var rows []memberStatus
 	seen := map[string]bool{}
@@ -300,6 +304,10 @@ func buildMemberStatuses(now time.Time, in statusInput) []memberStatus {
 			}
 		}
 		applyLeaseHealth(r, leases[r.Name])
+		if msg := failing[r.Name]; msg != "" && r.LastError == "" {
+			// The member is read; its hub objects are not written.
+			r.LastError = easync.ReasonSyncFailed + ": " + strings.TrimPrefix(msg, "cluster "+r.Name+": ")
+		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if rows[i].Name != rows[j].Name {

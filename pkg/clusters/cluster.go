@@ -78,6 +78,10 @@ type Cluster struct {
 	// is unhealthy (a ClusterProfile's ControlPlaneHealthy=False); "" or
 	// nil when it does not. The probe fails while it is set.
 	reported atomic.Pointer[string]
+	// bounds bound what its informers read; over says which of them is
+	// over its bound now. The probe fails while one is (readbounds.go).
+	bounds ReadBounds
+	over   overBounds
 	// watchErr is the latest failed list or watch of its informers; cleared
 	// when a set of them syncs. onWatchFailure, when set before start, is
 	// told when its class changes.
@@ -90,8 +94,9 @@ type Cluster struct {
 	clusterSet func() string
 }
 
-func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers) (*Cluster, error) {
+func newCluster(name, hash, secret string, clients Clients, handlers EventHandlers, bounds ReadBounds) (*Cluster, error) {
 	c := &Cluster{
+		bounds:    bounds,
 		name:      name,
 		hash:      hash,
 		secret:    secret,
@@ -104,7 +109,7 @@ func newCluster(name, hash, secret string, clients Clients, handlers EventHandle
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.stop = c.ctx.Done()
 	c.informerLoop.Store(true) // runInformers serves reconnect requests until the first sync
-	s, err := newInformerSet(c.ctx, name, clients, handlers, c.watchFailed)
+	s, err := newInformerSet(c.ctx, name, clients, handlers, c.watchFailed, bounds, c.overBound)
 	if err != nil {
 		c.cancel()
 		return nil, err

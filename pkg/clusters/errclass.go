@@ -50,6 +50,9 @@ const (
 	// another cluster than its registration, or another ClusterSet than
 	// the hub's (about.go).
 	ClassIdentityMismatch ErrorClass = "IdentityMismatch"
+	// ClassOverBounds: the member holds more Services or endpoints than
+	// the daemon reads of one member (ReadBounds).
+	ClassOverBounds ErrorClass = "OverBounds"
 	// ClassOther: anything else; the message says what.
 	ClassOther ErrorClass = "Other"
 )
@@ -85,6 +88,8 @@ func Classify(err error) ErrorClass {
 		return ClassNotAPIServer
 	case errors.Is(err, errIdentityMismatch):
 		return ClassIdentityMismatch
+	case errors.Is(err, errOverBounds):
+		return ClassOverBounds
 	case apierrors.IsUnauthorized(err):
 		return ClassUnauthorized
 	case apierrors.IsForbidden(err):
@@ -173,6 +178,8 @@ func (c ErrorClass) Hint() string {
 		return "the registration cannot be turned into a connection"
 	case ClassIdentityMismatch:
 		return "the member's About API ClusterProperty contradicts its registration or the hub's ClusterSet"
+	case ClassOverBounds:
+		return "the member holds more Services or endpoints than the daemon reads of one member (--max-member-read-services, --max-member-read-endpoints)"
 	}
 	return "unclassified error"
 }

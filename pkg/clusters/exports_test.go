@@ -51,7 +51,7 @@ func (d *servedVersions) ServerResourcesForGroupVersionWithContext(_ context.Con
 // ServiceExports are mcs, and waits for it to sync.
 func startExportMember(t *testing.T, mcs *mcsfake.Clientset, d Discovery) *Cluster {
 	t.Helper()
-	c, err := newCluster("east", "h", "", Clients{Kube: kubefake.NewClientset(), MCS: mcs, Discovery: d}, EventHandlers{})
+	c, err := newCluster("east", "h", "", Clients{Kube: kubefake.NewClientset(), MCS: mcs, Discovery: d}, EventHandlers{}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestRegistryReportsTheCauseOfEachMemberFailure(t *testing.T) {
 	}
 
 	const want = `
-# HELP endpoint_aggregator_member_cluster_error 1 for each member that fails now, with the cause (unauthorized, forbidden, tls_error, connection_refused, timeout, dns_error, not_api_server, resource_not_found, unhealthy, invalid_registration, other): why its health probe fails, or why its informers cannot list or watch. No series while it does not fail.
+# HELP endpoint_aggregator_member_cluster_error 1 for each member that fails now, with the cause (unauthorized, forbidden, tls_error, connection_refused, timeout, dns_error, not_api_server, resource_not_found, unhealthy, invalid_registration, identity_mismatch, over_bounds, other): why its health probe fails, or why its informers cannot list or watch. No series while it does not fail.
 # TYPE endpoint_aggregator_member_cluster_error gauge
 endpoint_aggregator_member_cluster_error{cluster="garbage",reason="invalid_registration"} 1
 endpoint_aggregator_member_cluster_error{cluster="rbac",reason="forbidden"} 1
@@ -162,7 +162,7 @@ func gaugeValue(t *testing.T, c prometheus.Collector, name, label, value string)
 // A watch that ends in the normal course (410 Gone, EOF) is no failure of
 // the member: no Event, no error series.
 func TestWatchEndingNormallyIsNoFailure(t *testing.T) {
-	c, err := newCluster("east", "h", "", Clients{Kube: kubefake.NewClientset()}, EventHandlers{})
+	c, err := newCluster("east", "h", "", Clients{Kube: kubefake.NewClientset()}, EventHandlers{}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestProbeReportsAChangedCauseOnceItHolds(t *testing.T) {
 	// Down (refused ×2), flapping (timeout, refused, timeout, refused),
 	// then timing out for good.
 	script = []error{refused, refused, timeout, refused, timeout, refused, timeout, timeout}
-	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{})
+	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,6 +157,9 @@ func (c *Cluster) probe(timeout time.Duration) error {
 	if reason := c.reported.Load(); reason != nil && *reason != "" {
 		return fmt.Errorf("member %q: %w: %s", c.name, errReported, *reason)
 	}
+	if err := c.over.err(); err != nil {
+		return fmt.Errorf("member %q: %w", c.name, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	rc := c.clients.Kube.Discovery().RESTClient()
@@ -298,6 +301,24 @@ func ParsePolicyOverride(annotations map[string]string) (PolicyOverride, error) 
 func settingAnnotations(annotations map[string]string) []string {
 	return []string{annotations[AnnotationUnreachableGrace], annotations[AnnotationUnreachableWithdraw], annotations[AnnotationAllowedEndpointCIDRs],
 		annotations[AnnotationMemberCompression]}
+}
+
+// overBound records that informer what of the member read past its bound
+// (err), or a complete list within it (nil), and asks for a probe when the
+// member went over or came back within every bound.
+func (c *Cluster) overBound(what string, err error) {
+	if !c.over.set(what, err) {
+		return
+	}
+	if err != nil {
+		klog.InfoS("Member over its read bounds: not read until it is back within them", "cluster", c.name, "informer", what, "err", err)
+	} else {
+		klog.InfoS("Member back within its read bounds", "cluster", c.name)
+	}
+	select {
+	case c.probeNow <- struct{}{}:
+	default:
+	}
 }
 
 // reportUnhealthy records what the cluster manager says of the member's

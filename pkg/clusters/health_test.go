@@ -27,7 +27,7 @@ func TestHealthIsNeverReadTorn(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{})
+	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package clusters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type informerSet struct {
 	// failed is set once a list or watch of this set failed, for any
 	// reason but a watch's normal end.
 	failed atomic.Bool
+	// bounds bound what the informers read (readbounds.go); over, when not
+	// nil, is told which of them is over its bound now, or back within it.
+	bounds ReadBounds
+	over   func(what string, err error)
 }
 
 // memberLogger is the logger member informers log through, with the
@@ -60,8 +65,8 @@ var memberLogger = klog.Background
 // or the set is shut down. onError, when not nil, is told of their failed
 // lists and watches (which client-go's reflector logs, with the member's
 // name).
-func newInformerSet(parent context.Context, cluster string, clients Clients, handlers EventHandlers, onError func(error)) (*informerSet, error) {
-	s := &informerSet{onError: onError}
+func newInformerSet(parent context.Context, cluster string, clients Clients, handlers EventHandlers, onError func(error), bounds ReadBounds, over func(string, error)) (*informerSet, error) {
+	s := &informerSet{onError: onError, bounds: bounds, over: over}
 	logger := klog.LoggerWithValues(memberLogger(), "cluster", cluster)
 	s.ctx, s.cancel = context.WithCancel(klog.NewContext(parent, logger))
 	// No resync: the controller is level-triggered from events alone.
@@ -109,6 +114,7 @@ func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj
 	if h == nil {
 		h = cache.ResourceEventHandlerFuncs{}
 	}
+	bound := newReadBound(what, s.bounds)
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		Logger: logger,
 		ListerWatcher: &memberListWatch{
@@ -116,9 +122,10 @@ func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj
 			what:        what,
 			noWatchList: client == nil || watchlist.DoesClientNotSupportWatchListSemantics(client),
 			set:         s,
+			bound:       bound,
 		},
 		ObjectType: obj,
-		Handler:    h,
+		Handler:    countingHandler{bound: bound, h: h},
 		Indexers:   indexers,
 		Transform:  stripMemberObject,
 	})
@@ -137,6 +144,7 @@ type memberListWatch struct {
 	what        string
 	noWatchList bool
 	set         *informerSet
+	bound       *readBound
 }
 
 // IsWatchListSemanticsUnSupported keeps the reflector from streaming its
@@ -144,21 +152,32 @@ type memberListWatch struct {
 func (lw *memberListWatch) IsWatchListSemanticsUnSupported() bool { return lw.noWatchList }
 
 func (lw *memberListWatch) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-	obj, err := lw.ListWatch.ListWithContext(ctx, o)
+	obj, done, err := lw.bound.list(ctx, o, lw.ListWatch.ListWithContext)
 	if err != nil {
+		if errors.Is(err, errOverBounds) {
+			lw.set.overBound(lw.what, err)
+		}
 		lw.set.failure(ctx, fmt.Errorf("listing %s: %w", lw.what, err), true)
+		return nil, err
 	}
-	return obj, err
+	if done {
+		lw.set.overBound(lw.what, nil)
+	}
+	return obj, nil
 }
 
 func (lw *memberListWatch) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	w, err := lw.ListWatch.WatchWithContext(ctx, o)
+	streaming := o.SendInitialEvents != nil && *o.SendInitialEvents
 	if err != nil {
-		streaming := o.SendInitialEvents != nil && *o.SendInitialEvents
 		retried := utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err)
 		lw.set.failure(ctx, fmt.Errorf("watching %s: %w", lw.what, err), !streaming && !retried)
+		return w, err
 	}
-	return w, err
+	return lw.bound.watch(w, streaming, func(err error) {
+		lw.set.overBound(lw.what, err)
+		lw.set.failure(ctx, fmt.Errorf("watching %s: %w", lw.what, err), true)
+	}, func() { lw.set.overBound(lw.what, nil) }), nil
 }
 
 // failure records a failed list or watch, and passes it on to onError
@@ -171,6 +190,14 @@ func (s *informerSet) failure(ctx context.Context, err error, report bool) {
 	s.failed.Store(true)
 	if report && s.onError != nil {
 		s.onError(err)
+	}
+}
+
+// overBound tells that informer what read past its bound (err), or a
+// complete list within it (nil).
+func (s *informerSet) overBound(what string, err error) {
+	if s.over != nil && s.ctx.Err() == nil {
+		s.over(what, err)
 	}
 }
 
@@ -320,7 +347,7 @@ func (c *Cluster) swapInformers() bool {
 // that fails; the current set then keeps retrying on its own.
 func (c *Cluster) freshInformers() *informerSet {
 	klog.InfoS("Restarting member informers: the member answers again", "cluster", c.name, "synced", c.synced.Load())
-	s, err := newInformerSet(c.ctx, c.name, c.clients, c.handlers, c.watchFailed)
+	s, err := newInformerSet(c.ctx, c.name, c.clients, c.handlers, c.watchFailed, c.bounds, c.overBound)
 	if err != nil {
 		klog.ErrorS(err, "Building fresh member informers failed", "cluster", c.name)
 		return nil

@@ -47,7 +47,7 @@ func TestMemberInformerLogsNameTheMember(t *testing.T) {
 	kube.PrependReactor("list", "services", func(clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewUnauthorized("token revoked")
 	})
-	s, err := newInformerSet(context.Background(), "east", Clients{Kube: kube}, EventHandlers{}, nil)
+	s, err := newInformerSet(context.Background(), "east", Clients{Kube: kube}, EventHandlers{}, nil, ReadBounds{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestMemberSliceCacheHoldsProjections(t *testing.T) {
 	record := func(obj interface{}) { mu.Lock(); seen = append(seen, obj); mu.Unlock() }
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, cur interface{}) { record(cur) }}
 	kube := kubefake.NewClientset(sl.DeepCopy())
-	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{EndpointSlices: handler})
+	c, err := newCluster("east", "h", "", Clients{Kube: kube}, EventHandlers{EndpointSlices: handler}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestMemberInformersCallTheirHandlerBeforeTheySync(t *testing.T) {
 			added = append(added, kind+" "+obj.(metav1.Object).GetName())
 		}}
 	}
-	s, err := newInformerSet(context.Background(), "east", Clients{Kube: kube}, EventHandlers{Services: h("Service"), EndpointSlices: h("EndpointSlice")}, nil)
+	s, err := newInformerSet(context.Background(), "east", Clients{Kube: kube}, EventHandlers{Services: h("Service"), EndpointSlices: h("EndpointSlice")}, nil, ReadBounds{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ var (
 	// retried on backoff schedules, so a count says more about the
 	// schedule than the outage, and an alert wants "which member, why, now".
 	memberErrorDesc = prometheus.NewDesc("endpoint_aggregator_member_cluster_error",
-		"1 for each member that fails now, with the cause (unauthorized, forbidden, tls_error, connection_refused, timeout, dns_error, not_api_server, resource_not_found, unhealthy, invalid_registration, other): why its health probe fails, or why its informers cannot list or watch. No series while it does not fail.",
+		"1 for each member that fails now, with the cause (unauthorized, forbidden, tls_error, connection_refused, timeout, dns_error, not_api_server, resource_not_found, unhealthy, invalid_registration, identity_mismatch, over_bounds, other): why its health probe fails, or why its informers cannot list or watch. No series while it does not fail.",
 		[]string{"cluster", "reason"}, nil)
 	rejectedDesc = prometheus.NewDesc("endpoint_aggregator_rejected_registrations",
 		"Registration Secrets and ClusterProfiles whose last processing was refused or warned about, by the reason of their Event in snake case (invalid_cluster_name, duplicate_cluster_name, invalid_kubeconfig, kubeconfig_refused, member_client_failed, no_access_provider, invalid_access_provider). Every replica processes every registration: aggregate replicas with max, not sum.",

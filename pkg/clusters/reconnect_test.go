@@ -221,7 +221,7 @@ func TestClusterKeepsInformersThatAreStillListingWhenItAnswersAgain(t *testing.T
 	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
 	gate := make(chan struct{})
 	m.gate.Store(&gate)
-	c, err := newCluster("east", "h", "", Clients{Kube: m}, EventHandlers{})
+	c, err := newCluster("east", "h", "", Clients{Kube: m}, EventHandlers{}, ReadBounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

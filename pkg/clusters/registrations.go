@@ -288,7 +288,7 @@ func (r *Registry) register(reg *registration) error {
 		return r.unconnected(reg, m, ReasonClientFailed, class, fmt.Sprintf("building client for member %q: %v", cluster, err))
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(cluster)
-	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
+	c, err := newCluster(cluster, reg.hash, key, clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH}, r.opts.ReadBounds)
 	if err != nil {
 		return err
 	}

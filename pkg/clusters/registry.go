@@ -64,6 +64,8 @@ type Options struct {
 	// compressor in the member's API server. A registration's
 	// AnnotationMemberCompression overrides it for its member.
 	DisableCompression bool
+	// ReadBounds bound what the daemon reads of each member (readbounds.go).
+	ReadBounds ReadBounds
 	// WatchServiceExports adds a ServiceExport informer per member.
 	WatchServiceExports bool
 	Policy              KubeconfigPolicy

@@ -35,7 +35,7 @@ func (r *Registry) addStatic(name string, orig *rest.Config) error {
 		return err
 	}
 	svcH, sliceH, exportH := r.handler.EventHandlers(name)
-	c, err := newCluster(name, "static", "", clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH})
+	c, err := newCluster(name, "static", "", clients, EventHandlers{Services: svcH, EndpointSlices: sliceH, ServiceExports: exportH}, r.opts.ReadBounds)
 	if err != nil {
 		return err
 	}

@@ -196,6 +196,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Burst:               o.MemberBurst,
 		DisableCompression:  !o.MemberCompression,
 		WatchServiceExports: o.ExportMode == string(easync.ExportServiceExport),
+		ReadBounds:          clusters.ReadBounds{Services: o.MaxMemberReadServices, Endpoints: o.MaxMemberReadEndpoints},
 		Policy:              o.KubeconfigPolicy,
 		UserAgent:           cfg.UserAgent,
 		WarningHandler:      func(cluster string) rest.WarningHandler { return newWarningLogger("member", cluster) },

@@ -44,19 +44,23 @@ type Options struct {
 	AllowedEndpointCIDRs []string
 	HubServiceCIDRs      []string
 	// MaxMemberServices and MaxMemberEndpoints bound one member's exports.
-	MaxMemberServices   int
-	MaxMemberEndpoints  int
-	PerClusterServices  string
-	CreateNamespaces    bool
-	MemberSyncTimeout   time.Duration
-	WriteExportStatus   bool
-	UnreachableGrace    time.Duration
-	UnreachableWithdraw time.Duration
-	MemberLeaseDuration time.Duration
-	ProbeInterval       time.Duration
-	ProbeTimeout        time.Duration
-	HubIsMember         bool
-	HubClusterName      string
+	MaxMemberServices  int
+	MaxMemberEndpoints int
+	// MaxMemberReadServices and MaxMemberReadEndpoints bound what the
+	// daemon reads of one member, exported or not.
+	MaxMemberReadServices  int
+	MaxMemberReadEndpoints int
+	PerClusterServices     string
+	CreateNamespaces       bool
+	MemberSyncTimeout      time.Duration
+	WriteExportStatus      bool
+	UnreachableGrace       time.Duration
+	UnreachableWithdraw    time.Duration
+	MemberLeaseDuration    time.Duration
+	ProbeInterval          time.Duration
+	ProbeTimeout           time.Duration
+	HubIsMember            bool
+	HubClusterName         string
 
 	KubeconfigPolicy clusters.KubeconfigPolicy
 
@@ -96,34 +100,36 @@ func NewOptions() *Options {
 		ns = defaultNamespace
 	}
 	return &Options{
-		Namespace:           ns,
-		Workers:             easync.DefaultWorkers,
-		HubQPS:              50,
-		HubBurst:            100,
-		MemberQPS:           20,
-		MemberBurst:         40,
-		MemberLeaseQPS:      150,
-		MemberLeaseBurst:    300,
-		MemberCompression:   false,
-		ExportMode:          string(easync.ExportServiceExport),
-		ExcludeNamespaces:   easync.DefaultExcludedNamespaces,
-		MaxMemberServices:   easync.DefaultMaxMemberServices,
-		MaxMemberEndpoints:  easync.DefaultMaxMemberEndpoints,
-		PerClusterServices:  string(endpoints.PerClusterMirror),
-		MemberSyncTimeout:   clusters.DefaultSyncTimeout,
-		WriteExportStatus:   true,
-		MemberLeaseDuration: easync.DefaultMemberLeaseDuration,
-		ProbeInterval:       clusters.DefaultProbeInterval,
-		ProbeTimeout:        clusters.DefaultProbeTimeout,
-		HubClusterName:      "hub",
-		LeaderElect:         true,
-		ShardMembers:        true,
-		LeaderElectionID:    "endpoint-aggregator",
-		LeaseDuration:       15 * time.Second,
-		RenewDeadline:       10 * time.Second,
-		RetryPeriod:         2 * time.Second,
-		MetricsBindAddress:  ":8080",
-		ShutdownTimeout:     25 * time.Second,
+		Namespace:              ns,
+		Workers:                easync.DefaultWorkers,
+		HubQPS:                 50,
+		HubBurst:               100,
+		MemberQPS:              20,
+		MemberBurst:            40,
+		MemberLeaseQPS:         150,
+		MemberLeaseBurst:       300,
+		MemberCompression:      false,
+		ExportMode:             string(easync.ExportServiceExport),
+		ExcludeNamespaces:      easync.DefaultExcludedNamespaces,
+		MaxMemberServices:      easync.DefaultMaxMemberServices,
+		MaxMemberEndpoints:     easync.DefaultMaxMemberEndpoints,
+		MaxMemberReadServices:  clusters.DefaultMaxReadServices,
+		MaxMemberReadEndpoints: clusters.DefaultMaxReadEndpoints,
+		PerClusterServices:     string(endpoints.PerClusterMirror),
+		MemberSyncTimeout:      clusters.DefaultSyncTimeout,
+		WriteExportStatus:      true,
+		MemberLeaseDuration:    easync.DefaultMemberLeaseDuration,
+		ProbeInterval:          clusters.DefaultProbeInterval,
+		ProbeTimeout:           clusters.DefaultProbeTimeout,
+		HubClusterName:         "hub",
+		LeaderElect:            true,
+		ShardMembers:           true,
+		LeaderElectionID:       "endpoint-aggregator",
+		LeaseDuration:          15 * time.Second,
+		RenewDeadline:          10 * time.Second,
+		RetryPeriod:            2 * time.Second,
+		MetricsBindAddress:     ":8080",
+		ShutdownTimeout:        25 * time.Second,
 	}
 }
 
@@ -147,6 +153,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowedEndpointCIDRs, "allowed-endpoint-cidrs", o.AllowedEndpointCIDRs, "When set, refuse member endpoints outside these CIDRs (your members' pod ranges, say). A registration's annotation "+clusters.AnnotationAllowedEndpointCIDRs+" narrows it for its member.")
 	fs.IntVar(&o.MaxMemberServices, "max-member-services", o.MaxMemberServices, "Import at most this many exported Services of one member, its oldest exports first; newer ones are refused with an Event and a ServiceExport condition, the rest of the ClusterSet unaffected (0: no bound).")
 	fs.IntVar(&o.MaxMemberEndpoints, "max-member-endpoints", o.MaxMemberEndpoints, "Import at most this many endpoints of one member, its oldest exports first: the export that crosses the bound, and newer ones, are refused (0: no bound).")
+	fs.IntVar(&o.MaxMemberReadServices, "max-member-read-services", o.MaxMemberReadServices, "Read at most this many Services (and ServiceExports) of one member, exported or not; a member holding more is not read until it is back within the bound: it counts as unreachable (reason OverBounds), and its hub objects are kept or withdrawn by the unreachable policy (0: no bound).")
+	fs.IntVar(&o.MaxMemberReadEndpoints, "max-member-read-endpoints", o.MaxMemberReadEndpoints, "Read at most this many endpoints of one member's EndpointSlices, exported or not; past it the member is not read, as for --max-member-read-services (0: no bound).")
 	fs.StringSliceVar(&o.HubServiceCIDRs, "hub-service-cidrs", o.HubServiceCIDRs, "The hub's Service IP ranges, in which no member endpoint may be, for a hub that serves no networking.k8s.io/v1 ServiceCIDRs (default: read from the hub's ServiceCIDRs, and kept current).")
 	fs.StringVar(&o.PerClusterServices, "per-cluster-services", o.PerClusterServices, "Per-cluster <svc>-<cluster> Services: mirror (member's type), headless (no hub ClusterIP) or off.")
 	fs.BoolVar(&o.CreateNamespaces, "create-namespaces", o.CreateNamespaces, "Create missing hub namespaces instead of skipping their services.")
@@ -219,6 +227,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxMemberServices < 0 || o.MaxMemberEndpoints < 0 {
 		errs = append(errs, errors.New("--max-member-services and --max-member-endpoints must not be negative"))
+	}
+	if o.MaxMemberReadServices < 0 || o.MaxMemberReadEndpoints < 0 {
+		errs = append(errs, errors.New("--max-member-read-services and --max-member-read-endpoints must not be negative"))
 	}
 	if o.MemberSyncTimeout <= 0 {
 		errs = append(errs, errors.New("--member-sync-timeout must be positive"))

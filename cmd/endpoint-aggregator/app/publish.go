@@ -37,6 +37,8 @@ func (o *Options) published() daemonconfig.Config {
 		"hub-service-cidrs":          daemonconfig.List(o.HubServiceCIDRs),
 		"max-member-services":        strconv.Itoa(o.MaxMemberServices),
 		"max-member-endpoints":       strconv.Itoa(o.MaxMemberEndpoints),
+		"max-member-read-services":   strconv.Itoa(o.MaxMemberReadServices),
+		"max-member-read-endpoints":  strconv.Itoa(o.MaxMemberReadEndpoints),
 		"write-export-status":        b(o.WriteExportStatus),
 		"cluster-profile-namespaces": daemonconfig.List(o.ClusterProfileNamespaces),
 		"cluster-manager":            o.ClusterManager,

@@ -115,6 +115,7 @@ func (s *informerSet) informer(logger *klog.Logger, what string, client any, obj
 		h = cache.ResourceEventHandlerFuncs{}
 	}
 	bound := newReadBound(what, s.bounds)
+	bound.strip = stripMemberObject
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		Logger: logger,
 		ListerWatcher: &memberListWatch{

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -47,9 +48,15 @@ const (
 // errOverBounds marks a member read past its ReadBounds.
 var errOverBounds = errors.New("over the daemon's read bounds")
 
-// listPageSize is the page a bounded list reads at a time (client-go's
-// pager default), so that a list that crosses its bound stops there.
-const listPageSize = 500
+// listPageSize is the most objects a bounded list reads at a time
+// (client-go's pager default), so that a list that crosses its bound stops
+// there; slicePageSize the most EndpointSlices, each of up to a thousand
+// endpoints: what a list holds as the member sent it is one page, so a
+// page of slices must stay well under the endpoints bound.
+const (
+	listPageSize  = 500
+	slicePageSize = 50
+)
 
 // readBound is one informer's bound: what it counts, the most it may hold,
 // and how much it holds now.
@@ -57,10 +64,16 @@ type readBound struct {
 	unit  string // what limit counts: "Services", "endpoints", …
 	flag  string // the flag that sets limit
 	limit int    // 0: no bound
+	// pageSize is the most objects a list reads at a time.
+	pageSize int64
 	// held is what the informer's store holds, kept by countingHandler.
 	held atomic.Int64
 	// listed is what the list being read holds so far, across its pages.
 	listed int
+	// strip, when set, is the informer's transform, applied to each page
+	// as it comes: what a list holds while it is read is then the stripped
+	// objects of the pages before, and one page as the member sent it.
+	strip cache.TransformFunc
 }
 
 // weight is what one object counts against its bound: its endpoints for a
@@ -125,10 +138,16 @@ func (b *readBound) list(ctx context.Context, o metav1.ListOptions, list cache.L
 			o.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 		}
 	}
+	if o.Limit > b.pageSize {
+		o.Limit = b.pageSize
+	}
 	page := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		obj, err := list(ctx, o)
 		if err == nil {
 			err = b.page(o, obj)
+		}
+		if err == nil && b.strip != nil {
+			obj, err = stripList(obj, b.strip)
 		}
 		if err != nil {
 			return nil, err
@@ -143,12 +162,40 @@ func (b *readBound) list(ctx context.Context, o metav1.ListOptions, list cache.L
 		return obj, err == nil && m.GetContinue() == "", nil
 	}
 	p := pager.New(page)
-	p.PageSize = listPageSize
+	p.PageSize = b.pageSize
 	p.FullListIfExpired = false // an expired list is listed again, and counted again
 	if obj, _, err = p.ListWithAlloc(ctx, o); err != nil {
 		return nil, false, err
 	}
 	return obj, true, nil
+}
+
+// stripList returns the items of a list page through strip, with the
+// page's list metadata, so that the page itself can be freed.
+func stripList(obj runtime.Object, strip cache.TransformFunc) (runtime.Object, error) {
+	m, err := meta.ListAccessor(obj)
+	if err != nil {
+		return obj, nil
+	}
+	out := &metainternalversion.List{ListMeta: metav1.ListMeta{
+		ResourceVersion:    m.GetResourceVersion(),
+		Continue:           m.GetContinue(),
+		RemainingItemCount: m.GetRemainingItemCount(),
+	}}
+	out.Items = make([]runtime.Object, 0, meta.LenList(obj))
+	err = meta.EachListItem(obj, func(item runtime.Object) error {
+		stripped, err := strip(item)
+		if err != nil {
+			return err
+		}
+		o, ok := stripped.(runtime.Object)
+		if !ok {
+			return fmt.Errorf("stripping a %T gave a %T, not an object", item, stripped)
+		}
+		out.Items = append(out.Items, o)
+		return nil
+	})
+	return out, err
 }
 
 // watch bounds w: while the watch streams its initial list, the objects it
@@ -259,9 +306,9 @@ func (o *overBounds) err() error {
 func newReadBound(what string, b ReadBounds) *readBound {
 	switch what {
 	case "EndpointSlices":
-		return &readBound{unit: "endpoints", flag: "--max-member-read-endpoints", limit: b.Endpoints}
+		return &readBound{unit: "endpoints", flag: "--max-member-read-endpoints", limit: b.Endpoints, pageSize: slicePageSize}
 	case "ServiceExports":
-		return &readBound{unit: "ServiceExports", flag: "--max-member-read-services", limit: b.Services}
+		return &readBound{unit: "ServiceExports", flag: "--max-member-read-services", limit: b.Services, pageSize: listPageSize}
 	}
-	return &readBound{unit: "Services", flag: "--max-member-read-services", limit: b.Services}
+	return &readBound{unit: "Services", flag: "--max-member-read-services", limit: b.Services, pageSize: listPageSize}
 }

@@ -38,7 +38,10 @@ func (p *pagedServices) list(_ context.Context, o metav1.ListOptions) (runtime.O
 	}
 	l := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}
 	for i := from; i < to; i++ {
-		l.Items = append(l.Items, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}})
+		l.Items = append(l.Items, corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("s%d", i), Labels: map[string]string{"app": "x"}},
+			Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "x"}},
+		})
 	}
 	if to < p.n {
 		l.Continue = strconv.Itoa(to)
@@ -110,6 +113,39 @@ func TestBoundedListStopsAtThePageThatCrossesTheBound(t *testing.T) {
 	b = newReadBound("Services", ReadBounds{})
 	if _, _, err := b.list(context.Background(), metav1.ListOptions{ResourceVersion: "0"}, src.list); err != nil || len(src.calls) != 1 || src.calls[0].ResourceVersion != "0" {
 		t.Errorf("unbounded list: err %v, calls %+v; want one call as asked", err, src.calls)
+	}
+}
+
+// A bounded list strips each page as it comes, as the informer's transform
+// would, so a list read in pages never holds more than one page of the
+// member's objects as sent; the caller still gets every item.
+func TestBoundedListStripsEachPage(t *testing.T) {
+	src := &pagedServices{n: 1200}
+	b := newReadBound("Services", ReadBounds{Services: 2000})
+	b.strip = stripMemberObject
+	obj, done, err := b.list(context.Background(), metav1.ListOptions{}, src.list)
+	if err != nil || !done {
+		t.Fatalf("err %v, done %v", err, done)
+	}
+	n := 0
+	err = meta.EachListItem(obj, func(item runtime.Object) error {
+		svc, ok := item.(*corev1.Service)
+		if !ok || svc.Labels != nil || svc.Spec.Selector != nil {
+			return fmt.Errorf("item %d: %T %+v, want a projected Service", n, item, item)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 1200 {
+		t.Fatalf("%d items (%v), want 1200 projected Services", n, err)
+	}
+	// A caller that pages gets each page stripped, with its continue token.
+	page, _, err := b.list(context.Background(), metav1.ListOptions{Limit: 500}, src.list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := meta.ListAccessor(page); err != nil || m.GetContinue() != "500" || meta.LenList(page) != 500 {
+		t.Errorf("first page: %v, continue %q, %d items; want 500 and a continue token", err, m.GetContinue(), meta.LenList(page))
 	}
 }
 

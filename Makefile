@@ -247,6 +247,13 @@ soak: tools build ## Run the soak (not a test): 30 min of churn, flapping member
 	$(GO) run ./hack/bench -binary $(CURDIR)/$(BINARY) -members 100 -services 5 -endpoints 20 -churn 20 \
 		-soak $(SOAK_DURATION) -soak-plot '$(SOAK_PLOT)' $(if $(SOAK_DOC),-doc $(SOAK_DOC)) $(SOAK_FLAGS)
 
+# The flood (`make bench-flood`, not part of `make test`): one member past
+# its read bounds next to honest members; RSS and their changes' latency.
+.PHONY: bench-flood
+bench-flood: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
+bench-flood: tools build ## Run the flood (not a test): a member serving 10x the bounds, the daemon's RSS and the other members' latency; see docs/performance.md
+	$(GO) run ./hack/bench -binary $(CURDIR)/$(BINARY) -flood -members 50 -services 4 -endpoints 50 -changes 50 $(BENCH_FLAGS)
+
 ##@ Kubernetes binaries
 
 .PHONY: tools

@@ -59,7 +59,8 @@ type config struct {
 	// replicas > 0 adds a phase with that many daemon processes sharing
 	// the members.
 	replicas int
-	soak     soakConfig // -soak > 0 runs a soak instead (soak.go)
+	soak     soakConfig  // -soak > 0 runs a soak instead (soak.go)
+	flood    floodConfig // -flood runs the flood instead (flood.go)
 }
 
 // The default scale: its results have their own section of the doc.
@@ -103,6 +104,7 @@ func main() {
 		return nil
 	})
 	c.soak.addFlags(flag.CommandLine)
+	c.flood.addFlags(flag.CommandLine)
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
@@ -111,6 +113,9 @@ func main() {
 	if err := c.validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
+	}
+	if c.flood.on {
+		os.Exit(floodMain(&c))
 	}
 	if c.soak.duration > 0 {
 		os.Exit(soakMain(&c))

@@ -199,7 +199,8 @@ func stripList(obj runtime.Object, strip cache.TransformFunc) (runtime.Object, e
 }
 
 // watch bounds w: while the watch streams its initial list, the objects it
-// added so far count; after that, what the store holds. The event that
+// added so far count; after that, what the store holds and what the event
+// adds. The event that
 // crosses the bound is replaced by an error, which ends the watch (the
 // reflector lists again, and that list fails while the member is over),
 // and report is told; within is told when a streamed initial list ended
@@ -220,8 +221,10 @@ func (b *readBound) watch(w watch.Interface, streaming bool, report func(error),
 			initial = false
 			within()
 			return in, true
-		case !initial && (in.Type == watch.Added || in.Type == watch.Modified):
-			n += weight(in.Object) // at most: a modified object was held already
+		case !initial && in.Type == watch.Added:
+			n += weight(in.Object)
+			// A modified object was held already: what it grew by counts
+			// in held once the store has it, before the next event.
 		}
 		if n <= b.limit {
 			return in, true

@@ -209,6 +209,10 @@ func TestBoundedWatchEndsAtTheEventThatCrossesTheBound(t *testing.T) {
 		{"after a list", false, 1, []step{
 			{watch.Event{Type: watch.Added, Object: svc("b")}, false},
 		}},
+		{"a change at the bound", false, 2, []step{
+			{watch.Event{Type: watch.Modified, Object: svc("b")}, false},
+			{watch.Event{Type: watch.Added, Object: svc("c")}, true},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newReadBound("Services", ReadBounds{Services: 2})

@@ -28,39 +28,23 @@ const (
 // everything it started, whatever happens.
 func run(ctx context.Context, c *config) (_ *results, retErr error) {
 	r := newResults(c)
-	tmp, err := os.MkdirTemp("", "endpoint-aggregator-bench-")
+	tmp, doneLogs, err := logDir("bench")
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if c.keepLogs || retErr != nil {
-			logf("daemon logs kept in %s", tmp)
-			return
-		}
-		_ = os.RemoveAll(tmp)
-	}()
+	defer func() { doneLogs(c.keepLogs || retErr != nil) }()
 	if c.profileDir != "" {
 		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
 			return nil, err
 		}
 	}
 
-	logf("starting 3 clusters (hub, floor hub, member): etcd + kube-apiserver each")
-	cs, err := testenv.StartAll(
-		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
-		testenv.Spec{Name: "floor", Options: testenv.Options{CRDs: true}},
-		testenv.Spec{Name: "member", Options: testenv.Options{CRDs: true}},
-	)
+	cs, stopClusters, err := startClusters("hub", "floor", "member")
 	if err != nil {
 		return nil, err
 	}
+	defer stopClusters()
 	hub, floorHub, member := cs[0], cs[1], cs[2]
-	defer func() {
-		logf("stopping the clusters")
-		if err := testenv.StopAll(cs...); err != nil {
-			logf("%v", err)
-		}
-	}()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

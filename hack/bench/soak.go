@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -153,33 +152,18 @@ func runSoak(ctx context.Context, c *config) (_ *soakResult, retErr error) {
 	for _, at := range flapWindows(s) {
 		res.Flaps = append(res.Flaps, [2]time.Duration{at, at + s.flapDown})
 	}
-	tmp, err := os.MkdirTemp("", "endpoint-aggregator-soak-")
+	tmp, doneLogs, err := logDir("soak")
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if c.keepLogs || retErr != nil {
-			logf("daemon logs kept in %s", tmp)
-			return
-		}
-		_ = os.RemoveAll(tmp)
-	}()
+	defer func() { doneLogs(c.keepLogs || retErr != nil) }()
 
-	logf("starting 2 clusters (hub, member): etcd + kube-apiserver each")
-	cs, err := testenv.StartAll(
-		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
-		testenv.Spec{Name: "member", Options: testenv.Options{CRDs: true}},
-	)
+	cs, stopClusters, err := startClusters("hub", "member")
 	if err != nil {
 		return nil, err
 	}
+	defer stopClusters()
 	hub, member := cs[0], cs[1]
-	defer func() {
-		logf("stopping the clusters")
-		if err := testenv.StopAll(cs...); err != nil {
-			logf("%v", err)
-		}
-	}()
 	f := newFleet(c.members, c.services, c.endpoints)
 	logf("member: populating %d members x %d services x %d endpoints", c.members, c.services, c.endpoints)
 	if err := f.populate(ctx, member.Client); err != nil {

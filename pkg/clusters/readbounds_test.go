@@ -277,6 +277,9 @@ func TestMemberOverItsReadBoundsFailsItsProbeUntilBackWithin(t *testing.T) {
 	}
 	// The reflector lists again after its backoff (about a second at first).
 	waitUntil(t, func() bool { return c.probe(time.Second) == nil })
+	// The probe passes once the list is read within the bounds, a moment
+	// before the reflector has stored it.
+	waitUntil(t, c.informers.Load().services.HasSynced)
 	if n := c.informers.Load().services.LastSyncResourceVersion(); n == "" {
 		t.Error("the Service informer never completed a list after the member came back within its bounds")
 	}

@@ -565,15 +565,10 @@ func TestSyncClusterSetMergesTheRecordsInTheHub(t *testing.T) {
 			changed.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			_ = f.members.members["c1"].services.Update(changed)
 			f.resetActions()
-			for f.ctrl.queue.Len() > 0 {
-				k, _ := f.ctrl.queue.Get()
-				f.ctrl.queue.Done(k)
-			}
+			f.quiesce()
 			f.sync(cartC1)
-			if n := f.ctrl.queue.Len(); n != 1 {
-				t.Errorf("a changed record queued %d keys, want the clusterset key alone", n)
-			} else if k, _ := f.ctrl.queue.Get(); k != cartC1.ClusterSet() {
-				t.Errorf("a changed record queued %s, want the clusterset key", k)
+			if queued := f.queuedWhenQuiet(); len(queued) != 1 || queued[0] != cartC1.ClusterSet() {
+				t.Errorf("a changed record queued %v, want the clusterset key alone", queued)
 			}
 			f.sync(cartC1.ClusterSet())
 

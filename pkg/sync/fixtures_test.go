@@ -250,6 +250,50 @@ func (f *fixture) settle() {
 	f.t.Fatal("hub caches did not catch up with the fake API server")
 }
 
+// quietFor is how long the queue must stay as it is for the informers'
+// handlers to count as done: a hub cache holds an object a moment before
+// its handlers (which queue keys) have seen it.
+const quietFor = 200 * time.Millisecond
+
+// quiesce empties the queue until nothing more arrives in it, so that the
+// keys queued late by earlier writes are gone.
+func (f *fixture) quiesce() {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for f.ctrl.queue.Len() > 0 {
+			k, _ := f.ctrl.queue.Get()
+			f.ctrl.queue.Done(k)
+		}
+		time.Sleep(quietFor)
+		if f.ctrl.queue.Len() == 0 {
+			return
+		}
+	}
+	f.t.Fatal("the queue did not stay empty")
+}
+
+// queuedWhenQuiet waits until the queue has stopped growing, then takes
+// every key in it, in order.
+func (f *fixture) queuedWhenQuiet() []Key {
+	f.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for n := -1; n != f.ctrl.queue.Len(); {
+		if time.Now().After(deadline) {
+			f.t.Fatal("the queue did not stop growing")
+		}
+		n = f.ctrl.queue.Len()
+		time.Sleep(quietFor)
+	}
+	var keys []Key
+	for f.ctrl.queue.Len() > 0 {
+		k, _ := f.ctrl.queue.Get()
+		f.ctrl.queue.Done(k)
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 func (f *fixture) cachesMatch() bool {
 	ours := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=endpoint-aggregator"}
 	svcs, _ := f.hub.CoreV1().Services("").List(f.ctx, ours)

@@ -32,13 +32,19 @@ import (
 // mcs-api shipped before v0.5.0), and waits until list succeeds.
 func installPinnedV1alpha1CRD(t *testing.T, c *testenv.Cluster, file string, list func() error) {
 	t.Helper()
-	goList := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/mcs-api")
-	goList.Dir = filepath.Join("..", "..", "hack", "conformance")
-	out, err := goList.Output()
+	// go mod download, not go list -m: on a fresh machine the module is
+	// not in the module cache before make builds the conformance suite.
+	download := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/mcs-api")
+	download.Dir = filepath.Join("..", "..", "hack", "conformance")
+	out, err := download.Output()
 	if err != nil {
-		t.Fatalf("finding the mcs-api module pinned by hack/conformance: %v", err)
+		t.Fatalf("downloading the mcs-api module pinned by hack/conformance: %v", err)
 	}
-	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", file))
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download said %q (%v), want the module's directory", out, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(mod.Dir, "config", "crd", file))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,11 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -13,9 +16,9 @@ import (
 )
 
 // The apply step does a plan's writes, in a fixed order, through create,
-// update and remove (writes.go), which count them, track them for
-// read-your-writes and echo detection, and turn a name held by someone else
-// into a conflict.
+// update and remove (below), which count each write, track it for
+// read-your-writes and echo detection (written.write), and turn a name held
+// by someone else into a conflict.
 
 // applyMember writes a member key's plan. MCS slices go first, as they are
 // what the data plane and DNS read, creates and updates before deletes, so
@@ -121,3 +124,118 @@ const importRounds = 6
 
 // errNoFixedPoint says a clusterset sync kept finding writes to make: a bug.
 var errNoFixedPoint = errors.New("the import plan did not settle")
+
+// create writes a new hub object. If the name is taken by an object we do
+// not own for key, it reports a conflict instead of touching it; if it is
+// ours (our cache lags), the error makes the key retry.
+func create[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, obj T) (T, error) {
+	out, err := send(w, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
+	if apierrors.IsAlreadyExists(err) {
+		w.calling()
+		live, gerr := o.get(ctx, obj.GetNamespace(), obj.GetName())
+		if gerr != nil {
+			return out, gerr
+		}
+		if !ownedBy(live, key) {
+			err := newConflict(o.resource, live, key)
+			// A name newly found taken: sync again at once, as without the
+			// name what the key holds under it must go (see readMember).
+			err.resyncNow = live.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue && w.taken.set(refOf(o.resource, live), true)
+			return out, err
+		}
+		return out, fmt.Errorf("creating %s %s/%s: %w", o.resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
+	}
+	return out, err
+}
+
+func update[T hubObject](ctx context.Context, w *hubWriter, o ops[T], obj T) (T, error) {
+	return sendUpdate(w, o.resource, verbUpdate, obj, func() (T, error) { return o.update(ctx, obj) })
+}
+
+// sendUpdate sends an update (or a status update) of obj; a conflict means
+// our cache lags, and the watch event that updates it queues the key again.
+func sendUpdate[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	out, err := send(w, resource, verb, obj, call)
+	if apierrors.IsConflict(err) {
+		return out, fmt.Errorf("%s %s %s/%s: %w", verb, resource, obj.GetNamespace(), obj.GetName(), errStaleCache)
+	}
+	return out, err
+}
+
+// send makes one hub write of obj, counted and tracked (written.write).
+func send[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (T, error)) (T, error) {
+	var out T
+	err := w.written.write(resource, verb, obj, func() (hubObject, error) {
+		w.calling()
+		var err error
+		out, err = call()
+		w.countWrite(resource, verb, err)
+		if err != nil || verb == verbDelete {
+			return nil, err
+		}
+		return out, nil
+	})
+	return out, err
+}
+
+// remove deletes one of our hub objects, preconditioned on the UID we saw so
+// a newer object of the same name is never deleted by mistake. NotFound is
+// success.
+func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) error {
+	uid := live.GetUID()
+	opts := metav1.DeleteOptions{}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	_, err := send(w, o.resource, verbDelete, live, func() (T, error) {
+		var none T
+		return none, o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// createNamespace creates a hub namespace; one that exists is success.
+func (w *hubWriter) createNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	w.calling()
+	_, err := w.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
+	w.countWrite(resourceNamespace, verbCreate, err)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// countWrite and countMemberWrite count one write to the hub or to a
+// member, by its result: the accounting of the write step itself.
+func (w *hubWriter) countWrite(resource, verb string, err error) {
+	result := resultOf(err)
+	w.metrics.HubWrites.WithLabelValues(resource, verb, result).Inc()
+	if result == resultError {
+		reason := string(apierrors.ReasonForError(err))
+		if reason == "" {
+			reason = "Other"
+		}
+		w.metrics.HubWriteRefusals.WithLabelValues(resource, verb, reason).Inc()
+	}
+}
+
+func (w *hubWriter) countMemberWrite(err error) {
+	w.metrics.MemberWrites.WithLabelValues(resultOf(err)).Inc()
+}
+
+// resultOf is the result label of a write.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return resultSuccess
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		return resultConflict
+	case apierrors.IsNotFound(err):
+		return resultNotFound
+	}
+	return resultError
+}

@@ -572,8 +572,6 @@ func sourceIndex(obj interface{}) ([]string, error) {
 	return nil, nil
 }
 
-func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
-
 // stripHubObject turns a hub object into what the hub caches hold: managed
 // fields dropped, and EndpointSlices and Endpoints, which carry every
 // aggregated endpoint, reduced to their digests: the sync logic reads

@@ -69,9 +69,9 @@
 //     nothing and reports nothing; a name held for another source is an
 //     error value (conflictError), not an Event.
 //   - plan: pure functions of package endpoints (PlanMember, PlanImport).
-//   - apply: the plan's writes (apply.go, through writes.go, which counts
-//     and tracks each write); a hub namespace is created here, after the
-//     read. The read step is a hubReader (listers, and getters past the
+//   - apply: the plan's writes (apply.go, which counts each write and
+//     hands it to the write tracker, written.write); a hub namespace is
+//     created here, after the read. The read step is a hubReader (listers, and getters past the
 //     cache for names found taken; no client that writes), the apply step
 //     a hubWriter (clients, no listers); TestReaderCannotWriteAndWriterHasNoListers
 //     holds their types to it.

@@ -1,7 +1,8 @@
 package sync
 
 import (
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -32,7 +33,7 @@ func (k Key) String() string {
 // per-cluster objects and MCS slices to their member service's key, the
 // derived Service and the ServiceImport to the clusterset key. ok is false
 // for objects no key owns.
-func ownerOf(resource string, obj v1.Object) (Key, bool) {
+func ownerOf(resource string, obj metav1.Object) (Key, bool) {
 	if resource == resourceServiceImport {
 		return Key{Namespace: obj.GetNamespace(), Name: obj.GetName()}, true
 	}
@@ -41,7 +42,7 @@ func ownerOf(resource string, obj v1.Object) (Key, bool) {
 
 // hubKey maps one of our hub objects to the key that owns it. ok is false for
 // objects no key owns (not ours, or missing labels).
-func hubKey(obj v1.Object) (Key, bool) {
+func hubKey(obj metav1.Object) (Key, bool) {
 	l := obj.GetLabels()
 	ns := obj.GetNamespace()
 	switch {
@@ -57,3 +58,34 @@ func hubKey(obj v1.Object) (Key, bool) {
 	}
 	return Key{}, false
 }
+
+// hubObject is a typed hub object: a pointer to an API struct.
+type hubObject interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ownedBy reports whether a hub object is ours and belongs to key.
+func ownedBy(obj metav1.Object, key Key) bool {
+	if obj.GetLabels()[endpoints.LabelManagedBy] != endpoints.ManagedByValue {
+		return false
+	}
+	if k, ok := hubKey(obj); ok {
+		return k == key
+	}
+	// A ServiceImport carries no source labels: its name is the key's.
+	return key.IsClusterSet() && obj.GetName() == key.Name && obj.GetNamespace() == key.Namespace
+}
+
+// sliceSource is the source key of one of our slices, "" for other kinds.
+func sliceSource(resource string, obj hubObject) string {
+	if resource != resourceEndpointSlice {
+		return ""
+	}
+	if k, ok := hubKey(obj); ok && !k.IsClusterSet() {
+		return sourceKey(k)
+	}
+	return ""
+}
+
+func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }

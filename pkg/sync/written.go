@@ -8,6 +8,7 @@ import (
 	stdsync "sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -114,6 +115,27 @@ func refOf(resource string, obj hubObject) objectRef {
 	return objectRef{resource, obj.GetNamespace(), obj.GetName()}
 }
 
+// write makes one hub write of obj (call) and tracks it: the events its
+// cache delivers meanwhile are held, then judged against what call returned
+// (the object written; nil after a delete or a failure). A delete that
+// succeeds or finds obj gone is tracked as a deletion. A write refused
+// because the cache lags (a create that finds the name taken, an update or
+// a delete that finds obj changed) drops what is tracked of obj: the cache
+// is to be believed.
+func (w *written) write(resource, verb string, obj hubObject, call func() (hubObject, error)) error {
+	w.begin(resource, obj)
+	out, err := call()
+	w.end(resource, obj, out, verb == verbDelete && (err == nil || apierrors.IsNotFound(err)))
+	stale := apierrors.IsConflict(err)
+	if verb == verbCreate {
+		stale = apierrors.IsAlreadyExists(err)
+	}
+	if stale {
+		w.forget(resource, obj.GetNamespace(), obj.GetName())
+	}
+	return err
+}
+
 // begin says a write of obj is being sent; end must follow.
 func (w *written) begin(resource string, obj hubObject) {
 	w.mu.Lock()
@@ -147,6 +169,7 @@ func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 		}
 	}
 	owner, owned := ownerOf(resource, obj)
+	source := sliceSource(resource, obj)
 	var gone []overlayEntry
 	switch {
 	case echoed:
@@ -161,9 +184,9 @@ func (w *written) end(resource string, obj, out hubObject, deleted bool) {
 		w.dropLocked(ref)
 	case out != nil:
 		cached, _ := stripHubObject(out)
-		w.putLocked(ref, want, overlayEntry{obj: cached.(hubObject), owner: owner, source: sliceSource(resource, obj)})
+		w.putLocked(ref, want, overlayEntry{obj: cached.(hubObject), owner: owner, source: source})
 	case deleted:
-		w.putLocked(ref, want, overlayEntry{owner: owner, source: sliceSource(resource, obj)})
+		w.putLocked(ref, want, overlayEntry{owner: owner, source: source})
 	}
 	for _, o := range gone {
 		w.unshadowLocked(ref, o)
@@ -326,15 +349,4 @@ func (w *written) seen(resource string, obj interface{}, gone bool) bool {
 	}
 	w.dropLocked(ref)
 	return true
-}
-
-// sliceSource is the source key of one of our slices, "" for other kinds.
-func sliceSource(resource string, obj hubObject) string {
-	if resource != resourceEndpointSlice {
-		return ""
-	}
-	if k, ok := hubKey(obj); ok && !k.IsClusterSet() {
-		return sourceKey(k)
-	}
-	return ""
 }

@@ -75,7 +75,7 @@
 //     cache for names found taken; no client that writes), the apply step
 //     a hubWriter (clients, no listers); TestReaderCannotWriteAndWriterHasNoListers
 //     holds their types to it.
-//   - settle (outcome.go): the one place that turns what the sync found
+//   - settle (settle.go): the one place that turns what the sync found
 //     into Events, metrics, log lines, the keys it found work for and the
 //     preconditions it waits for. The steps fill in an outcome; settle
 //     applies it whatever the sync returned, and the worker (processNext)

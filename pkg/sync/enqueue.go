@@ -35,6 +35,12 @@ func (c *Controller) foundBy(from, key Key) why {
 	return why{bulk: bulk}
 }
 
+// enqueueFound queues key, which a sync of from found work for.
+func (c *Controller) enqueueFound(from, key Key) {
+	w := c.foundBy(from, key)
+	c.enqueue(key, w)
+}
+
 // enqueue is the one way a key is queued; only the worker's retries go to
 // the rate-limited queue directly. Until Run starts the workers every key
 // goes in bulk: a standby queues the leader's writes as it sees them, and

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // failureRepeat is how long a key that keeps failing the same way waits
@@ -92,13 +91,4 @@ func failureSubject(key Key) string {
 		return fmt.Sprintf("merging %s/%s", key.Namespace, key.Name)
 	}
 	return fmt.Sprintf("cluster %s: writing its hub objects of %s/%s", key.Cluster, key.Namespace, key.Name)
-}
-
-// importRef is the ServiceImport of a key's service, the object Events
-// about the service go on (whether or not the hub has it).
-func importRef(key Key) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
-		Namespace: key.Namespace, Name: key.Name,
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	stdsync "sync"
+	"time"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -102,6 +103,43 @@ func (s *memberStates) has(cluster string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.members[cluster] != nil
+}
+
+// kept is what changed when a sync's findings were kept (keep), for
+// settle to report.
+type kept struct {
+	// conflictsBefore are the export conflicts kept before, when they
+	// changed (conflictsChanged).
+	conflictsBefore  []endpoints.Conflict
+	conflictsChanged bool
+	// seeded are the keys of the census kept: their syncs correct it.
+	seeded                         []Key
+	refusedChanged, invalidChanged bool
+	// again and wasRefused are recordExport's.
+	again      []Key
+	wasRefused bool
+}
+
+// keep keeps what a sync of key found (out), in one go, and returns what
+// changed.
+func (s *memberStates) keep(key Key, out *outcome) kept {
+	var k kept
+	if out.conflicts != nil {
+		k.conflictsBefore, k.conflictsChanged = s.recordExportConflicts(key, out.conflicts.list)
+	}
+	if out.census != nil {
+		k.seeded = s.seedCensus(key.Cluster, out.census)
+	}
+	if out.unread {
+		s.forgetCensus(key.Cluster)
+	}
+	if out.endpoints == nil || key.IsClusterSet() {
+		return k
+	}
+	k.refusedChanged = s.recordRefused(key, out.refused)
+	k.invalidChanged = s.recordInvalidExport(key, out.invalidExport)
+	k.again, k.wasRefused = s.recordExport(key, out.export)
+	return k
 }
 
 // recordRefused remembers what a member key's sync refused (nil or none:
@@ -212,4 +250,134 @@ func (s *memberStates) conflictCounts() map[endpoints.ConflictReason]int {
 		}
 	}
 	return out
+}
+
+// needsCensus reports whether a sync of the member's keys must take a
+// census of its exports to judge one (see ledger).
+func (s *memberStates) needsCensus(cluster string) bool {
+	if !s.bounded() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[cluster]
+	return m == nil || !m.complete
+}
+
+// judge decides whether the export of a member key, counting from created
+// with n endpoints, is within its member's bounds, given the member's
+// other exports (census: the member's exports, when the sync took a
+// census): "" admits it, anything else says why it is refused.
+func (s *memberStates) judge(key Key, created time.Time, n int, census map[Key]ledgerEntry) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.members[key.Cluster]
+	if m == nil {
+		m = &memberState{ledger: ledger{exports: map[Key]ledgerEntry{}}}
+	}
+	var entries map[Key]ledgerEntry
+	if m.complete {
+		// Counted without building the set: exports and census are
+		// disjoint.
+		old, had := m.exports[key]
+		if !had {
+			old, had = m.census[key]
+		}
+		services, endpoints := len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints-old.endpoints+n
+		if !had {
+			services++
+		}
+		if s.within(services, endpoints) {
+			return ""
+		}
+		entries = m.all(nil)
+	} else {
+		entries = m.all(census)
+		entries[key] = ledgerEntry{created: created, endpoints: n}
+		services, endpoints := len(entries), 0
+		for _, e := range entries {
+			endpoints += e.endpoints
+		}
+		if s.within(services, endpoints) {
+			return ""
+		}
+	}
+	admitted, why := s.rank(entries, key, ledgerEntry{created: created, endpoints: n})
+	if admitted[key] {
+		return ""
+	}
+	return why
+}
+
+// seedCensus keeps a census of a member's exports that a sync took, unless
+// one is kept already, and returns the keys it holds: their syncs correct
+// it where it is already out of date.
+func (s *memberStates) seedCensus(cluster string, census map[Key]ledgerEntry) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(cluster)
+	m := s.member(cluster, true)
+	if m.complete {
+		return nil
+	}
+	var seeded []Key
+	for k, e := range census {
+		if _, synced := m.exports[k]; !synced {
+			m.census[k] = e
+			m.censusEndpoints += e.endpoints
+			seeded = append(seeded, k)
+		}
+	}
+	m.complete = true
+	return seeded
+}
+
+// forgetCensus drops a member's census: a sync withdrew one of its keys
+// without reading its caches, so the ledger no longer holds all of its
+// exports.
+func (s *memberStates) forgetCensus(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.members[cluster]; m != nil {
+		m.census, m.censusEndpoints, m.complete = map[Key]ledgerEntry{}, 0, false
+		s.tidy(cluster)
+	}
+}
+
+// recordExport sets what the last sync of a member key found (nil: no
+// export) and returns the member's other keys whose last sync the ranking
+// now decides otherwise, to sync again, and whether the key's export was
+// refused before.
+func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRefused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.tidy(key.Cluster)
+	m := s.member(key.Cluster, e != nil)
+	if m == nil {
+		return nil, false
+	}
+	if c, ok := m.census[key]; ok {
+		m.censusEndpoints -= c.endpoints
+		delete(m.census, key)
+	}
+	old, had := m.exports[key]
+	if had {
+		m.remove(old)
+		delete(m.exports, key)
+	}
+	if e != nil {
+		m.exports[key] = *e
+		m.add(*e)
+	}
+	wasRefused = had && !old.admitted
+	if m.refusedExports == 0 && s.within(len(m.exports)+len(m.census), m.endpoints+m.censusEndpoints) {
+		return nil, wasRefused
+	}
+	admitted, _ := s.rank(m.all(nil), Key{}, ledgerEntry{})
+	for k, entry := range m.exports {
+		if k != key && entry.admitted != admitted[k] {
+			again = append(again, k)
+		}
+	}
+	return again, wasRefused
 }

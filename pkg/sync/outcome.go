@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -88,104 +87,4 @@ func (o *outcome) setConflicts(imp *mcsv1beta1.ServiceImport, conflicts []endpoi
 		conflicts = nil
 	}
 	o.conflicts = &importConflicts{imp: imp, list: conflicts}
-}
-
-// applyNotices acts on what the write tracker found: owners to sync again,
-// and entries it dropped that a sync may have read.
-func (c *Controller) applyNotices() {
-	for _, n := range c.written.takeNotices() {
-		switch {
-		case n.requeue != nil:
-			c.enqueue(*n.requeue, aChange)
-		case n.unshadowed != nil:
-			c.unshadowed(n.unshadowed.ref, n.unshadowed.entry)
-		}
-	}
-}
-
-// expireWrites expires the tracked writes whose echo did not come, and acts
-// on what that found.
-func (c *Controller) expireWrites() {
-	c.written.expire()
-	c.applyNotices()
-}
-
-// settle applies what a sync of key asked for: Events, metrics and log
-// lines, the name conflicts its error carries, the keys it found work for
-// and the preconditions it waits for.
-func (c *Controller) settle(key Key, out *outcome, err error) {
-	for _, e := range out.events {
-		c.recorder.Event(e.obj, e.eventType, e.reason, e.msg)
-	}
-	c.settleState(key, out)
-	if out.missingNS {
-		c.metrics.SkippedNamespace.Inc()
-		klog.V(2).InfoS("Hub namespace missing, skipping", "namespace", key.Namespace, "key", key.String())
-	}
-	for range out.unreadable {
-		c.metrics.UnreadableRecords.Inc()
-	}
-	// Trigger times from before the daemon started (a cold start catching
-	// up) measure downtime, not propagation.
-	if out.changed.After(c.startTime) {
-		c.metrics.Propagation.Observe(time.Since(out.changed).Seconds())
-	}
-	conflicts := conflictsIn(err)
-	for _, cf := range conflicts {
-		c.reportConflict(cf)
-	}
-	for _, cf := range conflicts {
-		if cf.resyncNow {
-			c.enqueue(key, aChange)
-			break
-		}
-	}
-	for _, k := range out.follow {
-		c.enqueue(k, c.foundBy(key, k))
-	}
-	c.applyNotices()
-	for _, w := range out.waits {
-		c.waitFor(key, w.cond, w.holds)
-	}
-}
-
-// settleState keeps what a sync found of its key (see memberStates) and
-// reports what changed; a sync that found this replica no longer writes
-// its member's keys drops all that is kept of them instead.
-func (c *Controller) settleState(key Key, out *outcome) {
-	if out.drop {
-		c.state.drop(key.Cluster)
-		return
-	}
-	if out.conflicts != nil {
-		if before, changed := c.state.recordExportConflicts(key, out.conflicts.list); changed {
-			c.reportExportConflicts(key, out.conflicts, before)
-		}
-	}
-	if out.census != nil {
-		for _, k := range c.state.seedCensus(key.Cluster, out.census) {
-			if k != key {
-				c.enqueue(k, c.foundBy(key, k))
-			}
-		}
-	}
-	if out.unread {
-		c.state.forgetCensus(key.Cluster)
-	}
-	if out.endpoints == nil || key.IsClusterSet() {
-		return
-	}
-	if c.state.recordRefused(key, out.refused) {
-		c.reportRefused(key, out.refused)
-	}
-	if c.state.recordInvalidExport(key, out.invalidExport) {
-		c.reportInvalidExport(key, out.invalidExport)
-	}
-	again, wasRefused := c.state.recordExport(key, out.export)
-	for _, k := range again {
-		c.enqueue(k, c.foundBy(key, k))
-	}
-	if out.export != nil && out.export.admitted == wasRefused {
-		c.reportAdmission(key, out.export.admitted, out.exportRefused)
-	}
 }

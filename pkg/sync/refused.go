@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -71,4 +72,13 @@ func (c *Controller) reportInvalidExport(key Key, problems []string) {
 	msg := fmt.Sprintf("cluster %s: its export of %s/%s has what the hub would refuse; ignored: %s", key.Cluster, key.Namespace, key.Name, strings.Join(problems, "; "))
 	c.recorder.Event(ref, corev1.EventTypeWarning, ReasonInvalidExport, msg)
 	klog.InfoS("Invalid member export", "cluster", key.Cluster, "key", key.String(), "message", msg)
+}
+
+// importRef is the ServiceImport of a key's service, the object Events
+// about the service go on (whether or not the hub has it).
+func importRef(key Key) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		Kind: "ServiceImport", APIVersion: mcsv1beta1.GroupVersion.String(),
+		Namespace: key.Namespace, Name: key.Name,
+	}
 }

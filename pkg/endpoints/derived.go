@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -69,9 +70,9 @@ func DerivedServiceUpToDate(desired, live *corev1.Service) bool {
 	d, l := &desired.Spec, &live.Spec
 	return ownedEqual(desired.Labels, live.Labels, derivedLabelKeys) &&
 		baseSpecUpToDate(desired, live) &&
-		(len(d.IPFamilies) == 0 || slices.Equal(d.IPFamilies, l.IPFamilies) && ptrEqual(d.IPFamilyPolicy, l.IPFamilyPolicy)) &&
+		(len(d.IPFamilies) == 0 || slices.Equal(d.IPFamilies, l.IPFamilies) && ptr.Equal(d.IPFamilyPolicy, l.IPFamilyPolicy)) &&
 		internalTrafficPolicy(d.InternalTrafficPolicy) == internalTrafficPolicy(l.InternalTrafficPolicy) &&
-		ptrEqual(d.TrafficDistribution, l.TrafficDistribution)
+		ptr.Equal(d.TrafficDistribution, l.TrafficDistribution)
 }
 
 // MergeDerivedService returns a copy of live, a derived Service, with the

@@ -22,12 +22,12 @@ func endpointEqual(a, b *discoveryv1.Endpoint) bool {
 		bh = *b.Hints
 	}
 	return slices.Equal(a.Addresses, b.Addresses) &&
-		ptrEqual(a.Conditions.Ready, b.Conditions.Ready) &&
-		ptrEqual(a.Conditions.Serving, b.Conditions.Serving) &&
-		ptrEqual(a.Conditions.Terminating, b.Conditions.Terminating) &&
-		ptrEqual(a.Hostname, b.Hostname) &&
-		ptrEqual(a.NodeName, b.NodeName) &&
-		ptrEqual(a.Zone, b.Zone) &&
+		ptr.Equal(a.Conditions.Ready, b.Conditions.Ready) &&
+		ptr.Equal(a.Conditions.Serving, b.Conditions.Serving) &&
+		ptr.Equal(a.Conditions.Terminating, b.Conditions.Terminating) &&
+		ptr.Equal(a.Hostname, b.Hostname) &&
+		ptr.Equal(a.NodeName, b.NodeName) &&
+		ptr.Equal(a.Zone, b.Zone) &&
 		slices.Equal(ah.ForZones, bh.ForZones) && slices.Equal(ah.ForNodes, bh.ForNodes)
 }
 
@@ -137,14 +137,14 @@ func subsetEqual(a, b corev1.EndpointSubset) bool {
 		slices.EqualFunc(a.Ports, b.Ports, func(x, y corev1.EndpointPort) bool {
 			return x.Name == y.Name && x.Port == y.Port &&
 				protocolOrTCP(x.Protocol) == protocolOrTCP(y.Protocol) &&
-				ptrEqual(x.AppProtocol, y.AppProtocol)
+				ptr.Equal(x.AppProtocol, y.AppProtocol)
 		})
 }
 
 // addressEqual compares every field of an address.
 func addressEqual(a, b corev1.EndpointAddress) bool {
 	return a.IP == b.IP && a.Hostname == b.Hostname &&
-		ptrEqual(a.NodeName, b.NodeName) && ptrEqual(a.TargetRef, b.TargetRef)
+		ptr.Equal(a.NodeName, b.NodeName) && ptr.Equal(a.TargetRef, b.TargetRef)
 }
 
 func TestHashSubsetsAgreesWithEquality(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -102,19 +103,11 @@ func checkSpec(oldest, e Export, log *conflictLog) {
 		SessionAffinityConfigConflict, "sessionAffinityConfig")
 	check(internalTrafficPolicy(o.InternalTrafficPolicy) != internalTrafficPolicy(s.InternalTrafficPolicy),
 		InternalTrafficPolicyConflict, "internalTrafficPolicy")
-	check(deref(o.TrafficDistribution) != deref(s.TrafficDistribution), TrafficDistributionConflict, "trafficDistribution")
+	check(ptr.Deref(o.TrafficDistribution, "") != ptr.Deref(s.TrafficDistribution, ""), TrafficDistributionConflict, "trafficDistribution")
 	// IP families matter only where both have cluster IPs; a headless
 	// export differing from a ClusterSetIP one is already a TypeConflict.
 	check(!isHeadless(oldest.Service) && !isHeadless(e.Service) && !slices.Equal(o.IPFamilies, s.IPFamilies),
 		IPFamilyConflict, "ipFamilies")
-}
-
-// internalTrafficPolicy reads an unset policy as Cluster, the default.
-func internalTrafficPolicy(p *corev1.ServiceInternalTrafficPolicy) corev1.ServiceInternalTrafficPolicy {
-	if p == nil {
-		return corev1.ServiceInternalTrafficPolicyCluster
-	}
-	return *p
 }
 
 // mergePorts returns the union of the exports' ports by name, sorted by

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -98,13 +99,13 @@ func importSpecEqual(a, b *mcsv1beta1.ServiceImportSpec) bool {
 		slices.EqualFunc(a.Ports, b.Ports, func(x, y mcsv1beta1.ServicePort) bool {
 			return x.Name == y.Name && x.Port == y.Port &&
 				protocolOrTCP(x.Protocol) == protocolOrTCP(y.Protocol) &&
-				ptrEqual(x.AppProtocol, y.AppProtocol)
+				ptr.Equal(x.AppProtocol, y.AppProtocol)
 		}) &&
 		slices.Equal(a.IPs, b.IPs) &&
 		sameAffinity(a.SessionAffinity, a.SessionAffinityConfig, b.SessionAffinity, b.SessionAffinityConfig) &&
 		slices.Equal(a.IPFamilies, b.IPFamilies) &&
-		ptrEqual(a.InternalTrafficPolicy, b.InternalTrafficPolicy) &&
-		ptrEqual(a.TrafficDistribution, b.TrafficDistribution)
+		ptr.Equal(a.InternalTrafficPolicy, b.InternalTrafficPolicy) &&
+		ptr.Equal(a.TrafficDistribution, b.TrafficDistribution)
 }
 
 // MergeServiceImport returns a copy of live with desired's labels and

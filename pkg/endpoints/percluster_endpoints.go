@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 // endpointsAnnotationKeys are the annotations we own on per-cluster Endpoints.
@@ -57,7 +58,7 @@ func preferredAddress(a, b subsetAddress) bool {
 	}
 	return cmp.Or(
 		strings.Compare(a.Hostname, b.Hostname),
-		strings.Compare(deref(a.NodeName), deref(b.NodeName)),
+		strings.Compare(ptr.Deref(a.NodeName, ""), ptr.Deref(b.NodeName, "")),
 	) < 0
 }
 
@@ -85,7 +86,7 @@ func endpointSubsets(src Source) []corev1.EndpointSubset {
 			ep := &sl.Endpoints[i]
 			ip := ep.Addr().String()
 			a := subsetAddress{
-				EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: deref(ep.Hostname()), NodeName: ep.NodeName()},
+				EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: ptr.Deref(ep.Hostname(), ""), NodeName: ep.NodeName()},
 				ready:           ep.IsReady(),
 			}
 			if cur, ok := s.addrs[ip]; !ok || preferredAddress(a, cur) {
@@ -122,9 +123,9 @@ func endpointPorts(ports []discoveryv1.EndpointPort) []corev1.EndpointPort {
 			continue
 		}
 		out = append(out, corev1.EndpointPort{
-			Name:        deref(p.Name),
+			Name:        ptr.Deref(p.Name, ""),
 			Port:        *p.Port,
-			Protocol:    protocolOrTCP(deref(p.Protocol)),
+			Protocol:    protocolOrTCP(ptr.Deref(p.Protocol, "")),
 			AppProtocol: clonePtr(p.AppProtocol),
 		})
 	}

@@ -95,20 +95,6 @@ func PlanMember(namespace, service, cluster string, src *Source, mode PerCluster
 	return plan
 }
 
-// planService is the change from live to want, for a per-cluster or derived
-// Service: create, recreate, or update with merge.
-func planService(want, live *corev1.Service, upToDate func(want, live *corev1.Service) bool, merge func(want, live *corev1.Service) *corev1.Service) ServiceChange {
-	switch {
-	case live == nil:
-		return ServiceChange{Create: want}
-	case ServiceNeedsRecreate(want, live):
-		return ServiceChange{Delete: live, Create: want}
-	case !upToDate(want, live):
-		return ServiceChange{Update: merge(want, live)}
-	}
-	return ServiceChange{}
-}
-
 // ImportView is what the hub holds of the objects one clusterset service
 // owns.
 type ImportView struct {

@@ -68,7 +68,7 @@ func (c PortClaims) Lost(svc *corev1.Service) map[string]bool {
 
 // samePort reports whether a and b are one port, names aside.
 func samePort(a, b mcsv1beta1.ServicePort) bool {
-	return a.Port == b.Port && protocolOrTCP(a.Protocol) == protocolOrTCP(b.Protocol) && ptrEqual(a.AppProtocol, b.AppProtocol)
+	return a.Port == b.Port && protocolOrTCP(a.Protocol) == protocolOrTCP(b.Protocol) && ptr.Equal(a.AppProtocol, b.AppProtocol)
 }
 
 // withoutPorts returns src with the slice ports named in lost left out. The

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 )
 
 // maxMemberSliceEndpoints is the API server's limit on endpoints per
@@ -195,7 +196,7 @@ func sanitizeSlice(sl *MemberSlice, p *addresses.Policy, r *Refusals) *MemberSli
 }
 
 func validPort(p discoveryv1.EndpointPort) bool {
-	return portProblem(deref(p.Name), p.Port, p.Protocol, p.AppProtocol) == ""
+	return portProblem(ptr.Deref(p.Name, ""), p.Port, p.Protocol, p.AppProtocol) == ""
 }
 
 // portProblem says what the hub's API server would refuse in a port of a
@@ -224,7 +225,7 @@ func portsToDrop(ports []discoveryv1.EndpointPort) (drop []bool, n int) {
 	drop = make([]bool, len(ports))
 	seen := make(map[string]bool, len(ports))
 	for i, p := range ports {
-		name := deref(p.Name)
+		name := ptr.Deref(p.Name, "")
 		if name == "" || seen[name] {
 			drop[i] = true
 			n++

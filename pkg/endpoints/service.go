@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // isHeadless reports whether svc has no cluster IP.
@@ -66,7 +67,7 @@ func servicePortEqual(a, b corev1.ServicePort) bool {
 	return a.Name == b.Name &&
 		protocolOrTCP(a.Protocol) == protocolOrTCP(b.Protocol) &&
 		a.Port == b.Port &&
-		ptrEqual(a.AppProtocol, b.AppProtocol) &&
+		ptr.Equal(a.AppProtocol, b.AppProtocol) &&
 		targetPort(a) == targetPort(b) &&
 		b.NodePort == 0
 }
@@ -102,4 +103,43 @@ func affinityTimeout(c *corev1.SessionAffinityConfig) int32 {
 		return corev1.DefaultClientIPServiceAffinitySeconds
 	}
 	return *c.ClientIP.TimeoutSeconds
+}
+
+// clonePtr returns a new pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// protocolOrTCP returns p, or TCP, the API server's default, when unset.
+func protocolOrTCP(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+// internalTrafficPolicy reads an unset policy as Cluster, the default.
+func internalTrafficPolicy(p *corev1.ServiceInternalTrafficPolicy) corev1.ServiceInternalTrafficPolicy {
+	if p == nil {
+		return corev1.ServiceInternalTrafficPolicyCluster
+	}
+	return *p
+}
+
+// planService is the change from live to want, for a per-cluster or derived
+// Service: create, recreate, or update with merge.
+func planService(want, live *corev1.Service, upToDate func(want, live *corev1.Service) bool, merge func(want, live *corev1.Service) *corev1.Service) ServiceChange {
+	switch {
+	case live == nil:
+		return ServiceChange{Create: want}
+	case ServiceNeedsRecreate(want, live):
+		return ServiceChange{Delete: live, Create: want}
+	case !upToDate(want, live):
+		return ServiceChange{Update: merge(want, live)}
+	}
+	return ServiceChange{}
 }

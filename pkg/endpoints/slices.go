@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -33,15 +34,6 @@ func SliceLabels(namespace, service, cluster string) map[string]string {
 		mcsv1beta1.LabelSourceCluster: cluster,
 		LabelManagedBy:                ManagedByValue,
 	}
-}
-
-// ownsSlice reports whether slice is one of our hub slices for service in
-// cluster.
-func ownsSlice(slice *SliceDigest, namespace, service, cluster string) bool {
-	return slice.Labels[discoveryv1.LabelManagedBy] == SliceManagedByValue &&
-		slice.Namespace == namespace &&
-		slice.Labels[mcsv1beta1.LabelServiceName] == service &&
-		slice.Labels[mcsv1beta1.LabelSourceCluster] == cluster
 }
 
 // sliceGroup holds the desired endpoints sharing an address type and a port
@@ -147,8 +139,8 @@ func preferred(addr string, a, b *MemberEndpoint) bool {
 // comparePorts orders ports by name, then by the rest of their content.
 func comparePorts(a, b discoveryv1.EndpointPort) int {
 	return cmp.Or(
-		cmp.Compare(deref(a.Name), deref(b.Name)),
-		cmp.Compare(protocolOrTCP(deref(a.Protocol)), protocolOrTCP(deref(b.Protocol))),
+		cmp.Compare(ptr.Deref(a.Name, ""), ptr.Deref(b.Name, "")),
+		cmp.Compare(protocolOrTCP(ptr.Deref(a.Protocol, "")), protocolOrTCP(ptr.Deref(b.Protocol, ""))),
 		comparePtr(a.Port, b.Port),
 		comparePtr(a.AppProtocol, b.AppProtocol),
 	)
@@ -165,14 +157,6 @@ func comparePtr[T cmp.Ordered](a, b *T) int {
 		return 1
 	}
 	return cmp.Compare(*a, *b)
-}
-
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
 }
 
 // sortedPorts returns a sorted deep copy of ports.
@@ -195,9 +179,9 @@ func groupKey(addressType discoveryv1.AddressType, ports []discoveryv1.EndpointP
 	for _, p := range sorted {
 		// Names and protocols never contain '/' or '|', app protocols never '|'.
 		b.WriteByte('|')
-		b.WriteString(deref(p.Name))
+		b.WriteString(ptr.Deref(p.Name, ""))
 		b.WriteByte('/')
-		b.WriteString(string(protocolOrTCP(deref(p.Protocol))))
+		b.WriteString(string(protocolOrTCP(ptr.Deref(p.Protocol, ""))))
 		b.WriteByte('/')
 		if p.Port != nil {
 			b.WriteString(strconv.Itoa(int(*p.Port)))

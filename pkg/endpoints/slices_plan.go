@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // SlicePlan lists the hub EndpointSlice writes that bring the slices of one
@@ -330,4 +331,13 @@ func (n *sliceNamer) next() string {
 
 func sortByName(list []*discoveryv1.EndpointSlice) {
 	slices.SortFunc(list, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// ownsSlice reports whether slice is one of our hub slices for service in
+// cluster.
+func ownsSlice(slice *SliceDigest, namespace, service, cluster string) bool {
+	return slice.Labels[discoveryv1.LabelManagedBy] == SliceManagedByValue &&
+		slice.Namespace == namespace &&
+		slice.Labels[mcsv1beta1.LabelServiceName] == service &&
+		slice.Labels[mcsv1beta1.LabelSourceCluster] == cluster
 }

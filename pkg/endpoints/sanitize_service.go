@@ -168,3 +168,19 @@ func SanitizeExported(m map[string]string, annotations bool) (map[string]string,
 	}
 	return out, problems
 }
+
+// SanitizeExport returns e with what the hub would refuse of its exported
+// labels and annotations removed (SanitizeExported), and says what was
+// removed.
+func SanitizeExport(e Export) (Export, []string) {
+	var problems, more []string
+	e.ExportedLabels, more = SanitizeExported(e.ExportedLabels, false)
+	for _, p := range more {
+		problems = append(problems, "exported label "+p)
+	}
+	e.ExportedAnnotations, more = SanitizeExported(e.ExportedAnnotations, true)
+	for _, p := range more {
+		problems = append(problems, "exported annotation "+p)
+	}
+	return e, problems
+}

@@ -37,7 +37,7 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 		out.waitFor(waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
 		return nil
 	}
-	exports, unreadable, err := c.readExports(key)
+	exports, unreadable, err := c.read.readExports(key, c.registered())
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 	// member.
 	wait := false
 	out.unreadable = len(unreadable)
-	for _, src := range unreadable {
+	for _, u := range unreadable {
+		src := u.src
+		klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "cluster", src.Cluster, "key", src.String(), "err", u.err)
 		out.queue(src)
 		if st, _ := c.members.Lookup(src.Cluster); st.Phase >= lifecycle.Connected || st.Registered() && !st.Owned {
 			wait = true
@@ -100,33 +102,15 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 	return fmt.Errorf("%s: %w", key, errNoFixedPoint)
 }
 
-// readExports returns the exports of a clusterset key's service as the hub
-// records them, one per registered member that has slices for it, and the
-// member keys whose slices carry a record that cannot be read (written by
-// an older version, or edited by someone).
-func (c *Controller) readExports(key Key) (exports []endpoints.Export, unreadable []Key, err error) {
+// registered lists the registered members, connected or not.
+func (c *Controller) registered() []string {
+	var out []string
 	for _, name := range c.members.Names() {
-		if st, _ := c.members.Lookup(name); !st.Registered() {
-			continue // unregistered since Names
+		if st, _ := c.members.Lookup(name); st.Registered() {
+			out = append(out, name)
 		}
-		src := Key{Cluster: name, Namespace: key.Namespace, Name: key.Name}
-		hubSlices, err := c.read.hubSlices(src)
-		if err != nil {
-			return nil, nil, err
-		}
-		record, ok := endpoints.SourceRecord(key.Namespace, key.Name, name, hubSlices)
-		if !ok {
-			continue
-		}
-		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
-		if err != nil {
-			klog.InfoS("Export record unreadable; the merge waits for the member's sync to rewrite it", "cluster", src.Cluster, "key", src.String(), "err", err)
-			unreadable = append(unreadable, src)
-			continue
-		}
-		exports = append(exports, e)
 	}
-	return exports, unreadable, nil
+	return out
 }
 
 // importReaders are the member keys of the clusters a ServiceImport

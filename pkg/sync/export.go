@@ -6,8 +6,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
@@ -107,4 +109,32 @@ func (p ExportPolicy) claimed(cluster string, m Member, svc *corev1.Service) (en
 		return e, true
 	}
 	return endpoints.Export{}, false
+}
+
+// census reads a member's exports from its caches, for its bounds (see
+// ledger): each export's time and endpoints, as its key's sync counts them
+// (registered and policy as for that sync).
+func (p ExportPolicy) census(cluster string, m Member, registered time.Time, policy *addresses.Policy) (map[Key]ledgerEntry, error) {
+	svcs, err := m.ServiceLister().List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Key]ledgerEntry, len(svcs))
+	for _, svc := range svcs {
+		if !p.NamespaceSelected(svc.Namespace) {
+			continue
+		}
+		svc, _ = endpoints.SanitizeService(svc)
+		e, ok := p.export(cluster, m, svc, registered)
+		if !ok {
+			continue
+		}
+		slices, err := m.EndpointSlices(svc.Namespace, svc.Name)
+		if err != nil {
+			return nil, err
+		}
+		clean, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: slices}, policy)
+		out[Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}] = ledgerEntry{created: e.Created.Time, endpoints: countEndpoints(&clean)}
+	}
+	return out, nil
 }

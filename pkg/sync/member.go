@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
@@ -68,8 +67,9 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		var problems []string
 		svc, problems = endpoints.SanitizeService(svc)
 		e, ok := c.opts.Export.export(key.Cluster, m, svc, st.RegisteredAt)
-		e.ExportedLabels, problems = sanitizeExported(e.ExportedLabels, false, problems)
-		e.ExportedAnnotations, problems = sanitizeExported(e.ExportedAnnotations, true, problems)
+		var more []string
+		e, more = endpoints.SanitizeExport(e)
+		problems = append(problems, more...)
 		// What would not fit in the hub objects is cut for this export
 		// alone: one member must not make the shared import unwritable.
 		var record, tooBig string
@@ -95,7 +95,7 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 			n := countEndpoints(&clean)
 			out.export = &ledgerEntry{created: e.Created.Time, endpoints: n, admitted: true}
 			if c.state.needsCensus(key.Cluster) {
-				if out.census, err = c.census(key.Cluster, st, m); err != nil {
+				if out.census, err = c.opts.Export.census(key.Cluster, m, st.RegisteredAt, c.addressPolicy(st)); err != nil {
 					return err
 				}
 			}
@@ -148,48 +148,6 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 		return newConflict(resourceService, holder, key)
 	}
 	return statusErr
-}
-
-// census reads a member's exports from its caches, for its bounds (see
-// ledger): each export's time and endpoints, as its key's sync counts them.
-func (c *Controller) census(cluster string, st lifecycle.State, m Member) (map[Key]ledgerEntry, error) {
-	svcs, err := m.ServiceLister().List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	policy := c.addressPolicy(st)
-	out := make(map[Key]ledgerEntry, len(svcs))
-	for _, svc := range svcs {
-		if !c.opts.Export.NamespaceSelected(svc.Namespace) {
-			continue
-		}
-		svc, _ = endpoints.SanitizeService(svc)
-		e, ok := c.opts.Export.export(cluster, m, svc, st.RegisteredAt)
-		if !ok {
-			continue
-		}
-		slices, err := m.EndpointSlices(svc.Namespace, svc.Name)
-		if err != nil {
-			return nil, err
-		}
-		clean, _ := endpoints.Sanitize(endpoints.Source{Cluster: cluster, Service: svc, Slices: slices}, policy)
-		out[Key{Cluster: cluster, Namespace: svc.Namespace, Name: svc.Name}] = ledgerEntry{created: e.Created.Time, endpoints: countEndpoints(&clean)}
-	}
-	return out, nil
-}
-
-// sanitizeExported is endpoints.SanitizeExported, adding what it removed
-// to problems.
-func sanitizeExported(m map[string]string, annotations bool, problems []string) (map[string]string, []string) {
-	clean, more := endpoints.SanitizeExported(m, annotations)
-	kind := "exported label "
-	if annotations {
-		kind = "exported annotation "
-	}
-	for _, p := range more {
-		problems = append(problems, kind+p)
-	}
-	return clean, problems
 }
 
 // countEndpoints counts the aggregated endpoints of a source; -1 for none.

@@ -246,3 +246,35 @@ func (r *hubReader) liveImport(namespace, name string) (*mcsv1beta1.ServiceImpor
 		return r.imports.ServiceImports(namespace).Get(name)
 	})
 }
+
+// readExports returns the exports of a clusterset key's service as the hub
+// records them, one per member of members that has slices for it, and the
+// member keys whose slices carry a record that cannot be read (written by
+// an older version, or edited by someone), with why.
+func (r *hubReader) readExports(key Key, members []string) (exports []endpoints.Export, unreadable []unreadableRecord, err error) {
+	for _, name := range members {
+		src := Key{Cluster: name, Namespace: key.Namespace, Name: key.Name}
+		hubSlices, err := r.hubSlices(src)
+		if err != nil {
+			return nil, nil, err
+		}
+		record, ok := endpoints.SourceRecord(key.Namespace, key.Name, name, hubSlices)
+		if !ok {
+			continue
+		}
+		e, err := endpoints.ParseExportRecord(name, key.Namespace, key.Name, record)
+		if err != nil {
+			unreadable = append(unreadable, unreadableRecord{src, err})
+			continue
+		}
+		exports = append(exports, e)
+	}
+	return exports, unreadable, nil
+}
+
+// unreadableRecord is a member key whose slices carry an export record
+// that cannot be read, and why.
+type unreadableRecord struct {
+	src Key
+	err error
+}

@@ -17,7 +17,7 @@ import (
 // key never record Events, touch metrics or queue keys themselves. They
 // fill in an outcome, which settle applies (see the package documentation).
 func TestSyncStepsLeaveOutcomesToSettle(t *testing.T) {
-	files := []string{"member.go", "clusterset.go", "exportstatus.go", "reader.go", "apply.go"}
+	files := []string{"member.go", "clusterset.go", "exportstatus.go", "reader.go", "export.go", "apply.go"}
 	forbidden := map[string]bool{
 		"recorder": true, "metrics": true, "queue": true,
 		"enqueue": true, "waitFor": true, "wake": true,

@@ -24,6 +24,9 @@ UNIT_TEST_FLAGS ?=
 # -race makes the tests several times slower than without it.
 UNIT_TIMEOUT ?= 20m
 E2E_TIMEOUT ?= 30m
+# How many end-to-end tests run at once, each with its own hub and members.
+# They mostly wait on their API servers, so three fit on two cores.
+E2E_PARALLEL ?= 3
 
 # What `kube-apiserver --version` and `kubectl version` report (as in the
 # official builds; without it they say v0.0.0-master).
@@ -177,8 +180,8 @@ test-e2e: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
 	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
-	echo "$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
+	echo "$(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
+	$(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # The real-node tests (test/node): clusters with a kubelet, containerd and
 # kube-proxy each, pods and traffic. They need root (CI has it); without it

@@ -106,6 +106,7 @@ func clusterProperty(t *testing.T, c *testenv.Cluster, name string) (string, err
 // as is one of another ClusterSet than the hub's; each is let in once its
 // properties agree. With --hub-is-member the daemon gives the hub its id.
 func TestAboutAPIIdentity(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	for _, c := range []*testenv.Cluster{e.hub, e.east, e.west} {
 		installAboutCRD(t, c)

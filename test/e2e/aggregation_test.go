@@ -16,6 +16,7 @@ import (
 // TestAggregationLifecycle follows one service through its life on a hub and
 // two members. The steps share state and run in order.
 func TestAggregationLifecycle(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)

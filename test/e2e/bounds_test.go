@@ -21,6 +21,7 @@ import (
 // counted and said in an Event; the other member is untouched. When the
 // member shrinks back, what was refused is imported again.
 func TestMemberPastItsBoundsKeepsItsOldestExportsAndSparesTheRest(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
@@ -108,6 +109,7 @@ func TestMemberPastItsBoundsKeepsItsOldestExportsAndSparesTheRest(t *testing.T) 
 // arriving. Once it is back within its bounds it is read again, and its
 // own changes arrive.
 func TestMemberPastItsReadBoundsIsNotReadAndSparesTheRest(t *testing.T) {
+	t.Parallel()
 	const readServices, readEndpoints = 60, 600
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)

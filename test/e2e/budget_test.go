@@ -25,6 +25,7 @@ import (
 // annotation, with an InvalidExport Event saying it was cut, and amp must
 // be imported with its annotation whole.
 func TestAnExportAtTheAPILimitsDoesNotBlockItsPeers(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	east, west := mcsMember(e.east), mcsMember(e.west)
 	e.register(t, "east", "east", e.east.Kubeconfig)

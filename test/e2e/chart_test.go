@@ -61,6 +61,7 @@ var chartUser = rest.ImpersonationConfig{
 // chart allows it) without a single Forbidden answer, and the ServiceAccount
 // must not reach Secrets outside its namespace.
 func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")
@@ -248,6 +249,7 @@ func TestChartRBACIsEnoughForTheDaemonAndNoMore(t *testing.T) {
 // member (Services, EndpointSlices, ServiceExports) and writes ServiceExport
 // conditions there, with the member rules the chart binds for it.
 func TestChartRBACCoversTheHubAsAMember(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")

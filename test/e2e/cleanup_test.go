@@ -49,6 +49,7 @@ type cleanupReport struct {
 // user's Service of a colliding name, a slice the hub's mirroring controller
 // would own, and the registration Secrets.
 func TestCleanupDeletesWhatTheDaemonWroteAndNothingElse(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubeconfig := cliKubeconfig(t, e.hub)
@@ -227,6 +228,7 @@ func equalObjects(a, b map[string]hubObject) bool {
 // foreground-pending), waits for the daemon's Leases and deletes everything
 // the daemon wrote, all without a Forbidden answer.
 func TestChartCleanupHookRBACIsEnough(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")

@@ -49,6 +49,7 @@ type cliMember struct {
 // and members, with the daemon aggregating what register set up. The steps
 // share state and run in order.
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubeconfig := cliKubeconfig(t, e.hub, e.east, e.west)

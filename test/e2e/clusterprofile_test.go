@@ -94,6 +94,7 @@ func main() {
 // connected; ControlPlaneHealthy=False makes it unreachable; a newer Secret
 // claiming its name is refused; deleting the ClusterProfile withdraws it.
 func TestClusterProfileMemberFromCredentialPluginSurvivesTokenRotation(t *testing.T) {
+	t.Parallel()
 	cs := testenv.StartAllT(t,
 		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true}},
 		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true}},

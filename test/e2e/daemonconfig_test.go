@@ -20,6 +20,7 @@ import (
 // and flags the verdicts the hub's objects contradict; with nothing
 // published (an older daemon), it says so once and flags them too.
 func TestExplainTakesTheDaemonsPublishedConfiguration(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)

@@ -29,6 +29,7 @@ import (
 // .../source-cluster that the daemon writes. The steps share state and run
 // in order.
 func TestDNS(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)

@@ -22,6 +22,7 @@ import (
 // (members read through their registration Secrets) and checks each
 // member's verdict.
 func TestExplainGivesEveryVerdict(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	east, west := mcsMember(e.east), mcsMember(e.west)

@@ -27,6 +27,7 @@ import (
 // counted; and the frozen member shows unreachable in `status` and
 // `explain` while its Lease is still live, not only once it lapses.
 func TestMemberFailuresNameTheirCause(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubeconfig := cliKubeconfig(t, e.hub, e.east, e.west)

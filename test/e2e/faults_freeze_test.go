@@ -20,6 +20,7 @@ import (
 // stops renewing, west keeps syncing meanwhile, east's endpoints turn not
 // ready after its grace and, after SIGCONT, come back and follow changes.
 func TestFaultMemberFrozenIsDetectedByItsProbeAndRecovers(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)

@@ -27,6 +27,7 @@ import (
 // client-go's backoff alone, after ten seconds of refused connections, would
 // wait about as long again before retrying.
 func TestFaultMemberReachableOnlyAfterStartupIsImportedAndCaughtUpAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		syncTimeout time.Duration

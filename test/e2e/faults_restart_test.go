@@ -20,6 +20,7 @@ import (
 // is fixed it connects and its changes flow again. With a withdraw period,
 // the same member is withdrawn once the period passes, the other is not.
 func TestFaultRestartWithABrokenSecretKeepsTheMemberRegistered(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)

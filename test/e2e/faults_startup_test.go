@@ -23,6 +23,7 @@ import (
 // objects are kept (not garbage collected) and still count in the merged
 // ServiceImport, and when it comes back its current state replaces them.
 func TestFaultMemberUnreachableAtStartupDoesNotBlockReadinessOrLoseItsObjects(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)

@@ -109,6 +109,7 @@ func (st hubState) hasImport(svc string, want []string) error {
 // than testenv waits. To the daemon both look the same: its connections
 // drop and new ones are refused.
 func TestFaultMemberAPIServerDownKeepsLastKnownEndpointsAndLearnsWhatChangedMeanwhile(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	eastProxy := e.registerViaProxy(t, e.east)
@@ -211,6 +212,7 @@ func TestFaultMemberAPIServerDownKeepsLastKnownEndpointsAndLearnsWhatChangedMean
 // replay them). Resuming a watch then gets 410 Gone, and only a relist can
 // tell the daemon what was deleted.
 func TestFaultMemberWatchExpiredByEtcdCompactionRelistsAndConverges(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	eastProxy := e.registerViaProxy(t, e.east)
@@ -329,6 +331,7 @@ func watchGone(ctx context.Context, e *env, rv int64) error {
 // stay up, and the hub end with exactly one slice set per source cluster
 // holding the member's final endpoints.
 func TestFaultHubAPIServerRestartedWhileAMemberChangesConvergesWithoutDuplicates(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)
@@ -437,6 +440,7 @@ func TestFaultHubAPIServerRestartedWhileAMemberChangesConvergesWithoutDuplicates
 // Then the Secret is broken: the daemon says so and keeps the working
 // connection.
 func TestFaultCredentialRotationWithdrawsNothingAndABrokenKubeconfigKeepsTheConnection(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
@@ -639,6 +643,7 @@ func updateSecret(t *testing.T, e *env, name string, kubeconfig []byte) {
 // objects and updating the import leaves behind. That member is slow to
 // sync at startup. Once it has synced, the import must no longer list it.
 func TestFaultExportGoneFromAMemberThatSyncsLateLeavesTheImport(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	e.register(t, "east", "east", e.east.Kubeconfig)
@@ -697,6 +702,7 @@ func TestFaultExportGoneFromAMemberThatSyncsLateLeavesTheImport(t *testing.T) {
 // orphans, no duplicate slices, the members' endpoint counts — and a last
 // restart against the converged hub must write nothing.
 func TestFaultDaemonKilledMidSyncRestartsWithoutOrphansOrDuplicates(t *testing.T) {
+	t.Parallel()
 	bin := buildDaemon(t)
 	e := startEnv(t)
 	ctx := context.Background()

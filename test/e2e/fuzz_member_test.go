@@ -343,6 +343,7 @@ func orEmpty(v any) []any {
 // a delete and 409 on an update. -fuzz-seed and -fuzz-rounds replay or
 // extend a run.
 func TestFuzzingMemberNeverMakesTheDaemonWriteWhatTheHubRefuses(t *testing.T) {
+	t.Parallel()
 	cs := testenv.StartAllT(t,
 		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Audit: true}},
 		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true}},

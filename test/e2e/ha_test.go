@@ -22,6 +22,7 @@ import (
 // leader election. Only the leader writes; when it stops, the standby, whose
 // caches are warm, takes over and writes nothing to a converged hub.
 func TestStandbyTakesOverAConvergedHubWithoutWriting(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
@@ -99,6 +100,7 @@ func (p *daemonProcess) role() (code int, leading bool, err error) {
 // retry period), as soon as the Lease expires after a SIGKILL. Its /readyz
 // answers 200 from the moment it leads.
 func TestWarmStandbyWinsEveryTakeoverOverAFreshReplacement(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
@@ -204,6 +206,7 @@ func TestWarmStandbyWinsEveryTakeoverOverAFreshReplacement(t *testing.T) {
 // gets one MemberConnected, from the leader, and deleting one gets one
 // MemberRemoved. A standby withdraws nothing, so it says nothing.
 func TestOnlyTheLeaderRecordsMemberEvents(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)
@@ -271,6 +274,7 @@ const haLeaseDuration, haRenewDeadline = 4 * time.Second, 3 * time.Second
 // Lease before it cancelled the workers' context, so the held write went
 // through after the new leader's first write.
 func TestLeaderCutOffFromTheHubStopsWritingBeforeTheStandbyWrites(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	exportService(t, e.east.Client, "cart")
@@ -364,6 +368,7 @@ func TestLeaderCutOffFromTheHubStopsWritingBeforeTheStandbyWrites(t *testing.T) 
 // leader's workers ran on until client-go's elector had also given up
 // releasing the Lease, a further renew deadline, or until the thaw.
 func TestHubFrozenPastTheLeaseDurationLeavesOneLeaderAndNoOverlap(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	exportService(t, e.east.Client, "cart")

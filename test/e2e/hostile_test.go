@@ -79,6 +79,7 @@ const (
 // characters per member Service.
 // The daemon must still be ready, with a bounded heap (logged).
 func TestHostileMemberIsBoundedAndProducesOnlyValidHubObjects(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	e := startEnv(t)
 	ctx := context.Background()

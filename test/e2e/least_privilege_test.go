@@ -30,6 +30,7 @@ import (
 // Services, Endpoints, EndpointSlices and ServiceImports in shop only: the
 // hub refuses the same write in another namespace.
 func TestChartRBACWithIncludeNamespacesConvergesAndWritesNowhereElse(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")
@@ -164,6 +165,7 @@ func TestChartRBACWithIncludeNamespacesConvergesAndWritesNowhereElse(t *testing.
 // get /metrics, 200 to the reader's; /healthz needs no token; plain HTTP
 // gets nothing; and a real Prometheus scrapes it with the reader's token.
 func TestChartMetricsSecureAnswers401And403And200(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")

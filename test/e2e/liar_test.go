@@ -145,6 +145,7 @@ func setLabel(md map[string]any, key, value string) bool {
 // east's export counts no earlier than east's registration Secret; and the
 // refusals in a metric by reason and in an Event on the ServiceImport.
 func TestLyingMemberCannotRouteSpecialAddressesSpeakForPeersOrBackdateExports(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	east, west := mcsMember(e.east), mcsMember(e.west)

@@ -98,6 +98,7 @@ func (e *env) serviceImport(t *testing.T, name string) (*mcsv1beta1.ServiceImpor
 // TestMultiClusterServicesSemantics exports services with ServiceExports
 // (the default mode) from two members and checks the KEP-1645 behaviour.
 func TestMultiClusterServicesSemantics(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	east, west := mcsMember(e.east), mcsMember(e.west)
 	e.register(t, "east", "east", e.east.Kubeconfig)
@@ -426,6 +427,7 @@ func TestMultiClusterServicesSemantics(t *testing.T) {
 // with --hub-is-member and --export-mode=all: the hub's own Services are
 // imported, but what the daemon wrote is never exported again.
 func TestHubAsMemberImportsItsOwnExportsWithoutFeedingItself(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	d := e.startDaemon(t, func(o *app.Options) {

@@ -201,6 +201,7 @@ func (m *mesh) agree(t *testing.T, svc string, clusters []string) metav1.Conditi
 // daemons never fight over the members' ServiceExport conditions, and none
 // imports another's output.
 func TestEveryClusterAHub(t *testing.T) {
+	t.Parallel()
 	for _, names := range [][]string{{"east", "west"}, {"east", "west", "north"}} {
 		t.Run(fmt.Sprintf("%d clusters", len(names)), func(t *testing.T) {
 			m := startMesh(t, names...)

@@ -18,6 +18,7 @@ import (
 // TestMetricsAndProbesAreServed scrapes the daemon's HTTP endpoint after a
 // scenario and checks the counters and the propagation histogram moved.
 func TestMetricsAndProbesAreServed(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	addr := freeLoopbackAddr(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)

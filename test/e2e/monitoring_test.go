@@ -53,6 +53,7 @@ const (
 // return nothing once the daemon leads; and `promtool check metrics` must
 // find nothing to say about /metrics.
 func TestDashboardAndAlertsAgainstRealPrometheus(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	addr := freeLoopbackAddr(t)

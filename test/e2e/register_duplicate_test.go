@@ -24,6 +24,7 @@ import (
 // run re-pointing east at another cluster is refused; and --allow-duplicate
 // lets a duplicate through.
 func TestCLIRegisterRefusesOneClusterUnderTwoNames(t *testing.T) {
+	t.Parallel()
 	cs := testenv.StartAllT(t, testenv.Spec{Name: "hub"}, testenv.Spec{Name: "east"})
 	hub, east := cs[0], cs[1]
 	ctx := context.Background()

@@ -19,6 +19,7 @@ import (
 // kubeconfig next to a good one, and puts a user's own Service where the
 // daemon would write a per-cluster one.
 func TestBadInputIsReportedAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 

@@ -124,6 +124,7 @@ func memberStatusRow(t *testing.T, kubeconfig, cluster string, want func(statusR
 // export beside a member on the current CRDs, and writes its
 // ServiceExport conditions in v1alpha1.
 func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
+	t.Parallel()
 	cs := testenv.StartAllT(t,
 		testenv.Spec{Name: "hub", Options: testenv.Options{CRDs: true, Audit: true}},
 		testenv.Spec{Name: "east", Options: testenv.Options{CRDs: true}},
@@ -325,6 +326,7 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 // ServiceImport CRD is the pre-v0.5.0 copy (v1alpha1 only) is refused at
 // start, with a message naming the CRD and the version the daemon writes.
 func TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only(t *testing.T) {
+	t.Parallel()
 	hub := testenv.StartT(t, "hub", testenv.Options{})
 	imports := mcsclientset.NewForConfigOrDie(hub.Config).MulticlusterV1alpha1().ServiceImports(appNamespace)
 	installPinnedV1alpha1CRD(t, hub, "multicluster.x-k8s.io_serviceimports.yaml", func() error {

@@ -50,6 +50,7 @@ var shardFlags = []string{
 // one its fence named when the write arrived, and no write to the merged
 // objects from one other than the leader Lease's holder.
 func TestShardedReplicasSurviveKillsPausesAndRescalesWithoutOverlappingWriters(t *testing.T) {
+	t.Parallel()
 	names := []string{"east", "west", "north", "south", "central", "edge"}
 	specs := []testenv.Spec{{Name: "hub", Options: testenv.Options{CRDs: true, Audit: true}}}
 	for _, n := range names {

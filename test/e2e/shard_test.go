@@ -57,6 +57,7 @@ func owners(t *testing.T, e *env, members []string, replicas []*daemon) (map[str
 // member over: the new owner takes the fence after it synced, and its first
 // diff of a converged hub writes nothing. Then it follows changes.
 func TestShardedReplicasShareMembersAndHandOverWithoutWriting(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	e.register(t, "east", "east", e.east.Kubeconfig)
 	e.register(t, "west", "west", e.west.Kubeconfig)

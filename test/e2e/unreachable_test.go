@@ -21,6 +21,7 @@ import (
 // hub endpoints turn not ready while the other member's stay; when it is
 // back, readiness and renewals return.
 func TestUnreachableMemberLeaseStopsAndGraceMarksEndpointsNotReady(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t)
 	ctx := context.Background()
 	proxy := e.registerViaProxy(t, e.east)

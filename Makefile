@@ -169,8 +169,8 @@ test: modules tools ## Run all tests (unit, e2e, real-node) against the real Kub
 test-unit: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-unit: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
 test-unit: ## Run unit tests under -race (tests that need the Kubernetes binaries skip when there are none)
-	$(GO) test $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
-	$(GO) test -C hack/image $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./...
+	GO=$(GO) hack/gotest.sh unit $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./pkg/... ./cmd/... ./internal/... ./config/... ./hack/... ./charts/...
+	GO=$(GO) hack/gotest.sh unit-image -C hack/image $(UNIT_RACE) -timeout $(UNIT_TIMEOUT) $(UNIT_TEST_FLAGS) ./...
 
 .PHONY: test-e2e
 test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
@@ -181,7 +181,7 @@ test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apis
 	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
 	echo "$(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
-	$(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/...
+	GO=$(GO) hack/gotest.sh e2e -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # The real-node tests (test/node): clusters with a kubelet, containerd and
 # kube-proxy each, pods and traffic. They need root (CI has it); without it
@@ -194,7 +194,7 @@ test-node: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-node: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-node: export ENDPOINT_AGGREGATOR_MCS_CONFORMANCE = $(MCS_CONFORMANCE)
 test-node: tools $(NODE_TOOLS) $(MCS_CONFORMANCE) node-deps ## Run the real-node tests (test/node): releases pulled from a local registry, the chart's pods and traffic on real kubelets; needs root, skips without
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
+	GO=$(GO) hack/gotest.sh node -count=1 -timeout $(E2E_TIMEOUT) ./test/node/...
 
 # The fault-injection tests are part of test-e2e too; this runs only them.
 .PHONY: test-faults

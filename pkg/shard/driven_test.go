@@ -253,6 +253,34 @@ func TestNotSettledBeforeRegistrationsAreRead(t *testing.T) {
 	}
 }
 
+// TestNotSettledOnAFenceAssignedToAReplicaNeverSeen: after a restart the
+// fences still name the replica that stopped, whose peer Lease is gone. A
+// replica must not count itself settled on them (and say it is ready)
+// before the leader has assigned them to replicas that live.
+func TestNotSettledOnAFenceAssignedToAReplicaNeverSeen(t *testing.T) {
+	d := newDriven(t)
+	d.hub.Put(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: FenceName("x"), Namespace: drivenNS,
+			Labels:      map[string]string{LabelRole: RoleFence, LabelFenceCluster: "x"},
+			Annotations: map[string]string{AnnotationAssignedTo: "old"}},
+	})
+	a := d.add("a", "x")
+	d.step("a")
+	d.step("a")
+	if a.c.Settled() {
+		t.Fatal("settled while x is assigned to a replica whose Lease was never seen")
+	}
+	d.leader = "a"
+	d.step("a")
+	d.step("a")
+	if f := d.fence("x"); f.assignedTo != "a" {
+		t.Fatalf("the leader left x assigned to %q, want a", f.assignedTo)
+	}
+	if !a.c.Settled() {
+		t.Fatal("not settled once the leader assigned x to itself")
+	}
+}
+
 // TestLeaderDeletesAPeerLeaseOnlyAsSeen is defect 5's second part: the
 // leader deletes the peer Leases of replicas dead for long, and a watch
 // that stalled shows a live one so; the delete must be conditional on the

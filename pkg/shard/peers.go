@@ -153,6 +153,17 @@ func (p *peers) nextDeath() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
+// seenAlive reports whether this replica has seen the peer's Lease, not
+// deleted, renewed within a lease duration: alive by what it saw, not by
+// the benefit of the doubt alive gives a replica never seen.
+func (p *peers) seenAlive(id string) bool {
+	p.mu.Lock()
+	r := p.seen[id]
+	seen := r != nil && !r.gone && r.renew != absentRenew
+	p.mu.Unlock()
+	return seen && p.alive(id)
+}
+
 // live lists the replicas that are alive and not draining: those the
 // leader assigns members to.
 func (p *peers) live() []string {

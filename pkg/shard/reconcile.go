@@ -116,7 +116,10 @@ func (c *Coordinator) Reconcile(ctx context.Context) {
 	assigned := complete
 	for n := range registered {
 		f, ok := fences[n]
-		if !ok || f.assignedTo == "" || (f.assignedTo != c.opts.Identity && !c.alive(f.assignedTo)) {
+		// An assignee counts once seen alive: after a restart, fences
+		// still name replicas that are gone, and this replica is not
+		// settled before they are reassigned.
+		if !ok || f.assignedTo == "" || (f.assignedTo != c.opts.Identity && !c.peers.seenAlive(f.assignedTo)) {
 			assigned = false
 			break
 		}

@@ -31,10 +31,10 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 	if !merging {
 		return nil // the leader merges
 	}
-	if c.lanes.bulkPending(key) > 0 {
+	if !c.sourcesSwept(key) {
 		// A sweep is recording this service's exports member by member:
 		// merge once, after the last of them.
-		out.waitFor(waitSourcesSwept(key), func() bool { return c.lanes.bulkPending(key) == 0 })
+		out.waitFor(waitSourcesSwept(key), func() bool { return c.sourcesSwept(key) })
 		return nil
 	}
 	exports, unreadable, err := c.read.readExports(key, c.registered())

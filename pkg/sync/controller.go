@@ -7,7 +7,6 @@ import (
 	stdsync "sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +19,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -118,19 +116,6 @@ const (
 	bySource = "source"
 )
 
-// retry tuning: per-key exponential backoff from 5ms, capped at 5 minutes,
-// and at most 10 retries/s (burst 100) overall. A key is retried until it
-// succeeds: dropping it would leave the hub stale until the next event.
-const (
-	retryBase     = 5 * time.Millisecond
-	retryMax      = 5 * time.Minute
-	conflictRetry = 5 * time.Minute
-	staleRetry    = time.Second
-)
-
-// queueName names the workqueue in its metrics.
-const queueName = "endpoint_aggregator"
-
 // Controller keeps the hub's aggregated objects in line with the members.
 type Controller struct {
 	opts     Options
@@ -141,8 +126,7 @@ type Controller struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 
-	queue workqueue.TypedRateLimitingInterface[Key]
-	lanes *lanes // the queue's order: live changes before bulk sweeps
+	queue *keyQueue
 	// written holds our writes the hub caches have not seen yet.
 	written *written
 	// waits holds the keys whose last sync waits for a condition.
@@ -176,18 +160,8 @@ type Controller struct {
 	leaseInf     cache.SharedIndexInformer
 	memberLeases coordinationlisters.LeaseNamespaceLister
 
-	// retrying holds the keys waiting out a backoff after an error; the
-	// workqueue does not count them in Len.
-	retryingMu stdsync.Mutex
-	retrying   map[Key]struct{}
 	// failures decides which sync failures are logged loud.
 	failures *failureLog
-	inFlight int
-	// busy counts the syncs in flight by member ("": clusterset keys).
-	busy map[string]int
-	// coalescing holds the clusterset keys added after mergeCoalesce and
-	// not synced since.
-	coalescing map[Key]struct{}
 
 	// state is what the syncs keep of their keys, by member: export
 	// ledgers, refusals, invalid exports, export conflicts.
@@ -196,12 +170,9 @@ type Controller struct {
 
 	// leaseWake asks runMemberLeases to publish members' health now.
 	leaseWake chan struct{}
-	// started is closed once startup garbage collection has been queued.
-	started chan struct{}
 	// stopped is closed when Run returns; timers end with it.
-	stopped     chan struct{}
-	stopOnce    stdsync.Once
-	startedOnce stdsync.Once
+	stopped  chan struct{}
+	stopOnce stdsync.Once
 }
 
 // New builds a controller writing to the hub through hub and hubMCS.
@@ -224,38 +195,22 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	if opts.LeaseClient == nil {
 		opts.LeaseClient = hub
 	}
-	lanes := newLanes()
+	queue := newKeyQueue()
 	c := &Controller{
-		opts:     opts,
-		members:  members,
-		hub:      hub,
-		hubMCS:   hubMCS,
-		leases:   opts.LeaseClient,
-		recorder: opts.Recorder,
-		metrics:  opts.Metrics,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
-				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
-			),
-			workqueue.TypedRateLimitingQueueConfig[Key]{
-				Name: queueName,
-				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
-					Name:  queueName,
-					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Name: queueName, Queue: lanes}),
-				}),
-			}),
-		lanes:      lanes,
-		written:    newWritten(),
-		waits:      newWaits(),
-		leaseWake:  make(chan struct{}, 1),
-		started:    make(chan struct{}),
-		stopped:    make(chan struct{}),
-		retrying:   map[Key]struct{}{},
-		failures:   newFailureLog(opts.Clock.Now),
-		busy:       map[string]int{},
-		coalescing: map[Key]struct{}{},
-		policy:     newPolicyTimers(opts.Clock),
+		opts:      opts,
+		members:   members,
+		hub:       hub,
+		hubMCS:    hubMCS,
+		leases:    opts.LeaseClient,
+		recorder:  opts.Recorder,
+		metrics:   opts.Metrics,
+		queue:     queue,
+		written:   newWritten(),
+		waits:     newWaits(queue),
+		leaseWake: make(chan struct{}, 1),
+		stopped:   make(chan struct{}),
+		failures:  newFailureLog(opts.Clock.Now),
+		policy:    newPolicyTimers(opts.Clock),
 
 		state:     newMemberStates(opts.MaxMemberServices, opts.MaxMemberEndpoints),
 		startTime: time.Now(),
@@ -342,14 +297,7 @@ func (c *Controller) hubInformers() map[string]cache.SharedIndexInformer {
 }
 
 // HasStarted reports whether Run got past startup and runs workers.
-func (c *Controller) HasStarted() bool {
-	select {
-	case <-c.started:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Controller) HasStarted() bool { return c.queue.hasStarted() }
 
 // HubSynced reports whether the hub caches have synced.
 func (c *Controller) HubSynced() bool {
@@ -370,7 +318,7 @@ func (c *Controller) StartInformers(ctx context.Context) {
 // object for garbage collection, and runs workers until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
+	defer c.queue.shutDown()
 	defer c.stopOnce.Do(func() { close(c.stopped) })
 	defer c.policy.stopAll()
 	c.StartInformers(ctx)
@@ -404,7 +352,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done()
-	c.queue.ShutDown()
+	c.queue.shutDown()
 	wg.Wait()
 	return nil
 }
@@ -425,8 +373,8 @@ func (c *Controller) begin() {
 		}
 	}
 	c.enqueueHubObjects(labels.Everything())
-	c.startedOnce.Do(func() { close(c.started) })
-	c.wake(waitRegistrations(), true)
+	c.queue.start()
+	c.waits.wake(waitRegistrations(), true)
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -435,33 +383,22 @@ func (c *Controller) worker(ctx context.Context) {
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
+	key, drained, quit := c.queue.get()
 	if quit {
 		return false
 	}
-	defer c.queue.Done(key)
-	for _, k := range c.lanes.takeDrained() {
-		c.wake(waitSourcesSwept(k), true)
+	defer c.queue.done(key)
+	for _, k := range drained {
+		c.waits.wake(waitSourcesSwept(k), true)
 	}
-	c.retryingMu.Lock()
-	c.inFlight++
-	c.busy[key.Cluster]++
-	delete(c.coalescing, key)
-	c.retryingMu.Unlock()
+	c.queue.begin(key)
 	// What the key waited for is asked again by its sync.
 	c.waits.drop(key)
-	defer func() {
-		c.retryingMu.Lock()
-		c.inFlight--
-		if c.busy[key.Cluster]--; c.busy[key.Cluster] == 0 {
-			delete(c.busy, key.Cluster)
-		}
-		c.retryingMu.Unlock()
-	}()
+	defer c.queue.end(key)
 
 	start := time.Now()
 	err := c.sync(ctx, key)
-	c.lanes.finish(key)
+	c.queue.finish(key)
 	c.metrics.SyncDuration.Observe(time.Since(start).Seconds())
 	// sync settled its outcome; what is left is how the key is queued
 	// again.
@@ -470,39 +407,23 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	case err == nil:
 		c.metrics.Syncs.WithLabelValues(resultSuccess).Inc()
 		c.reportRecovery(key)
-		c.queue.Forget(key)
-		c.setRetrying(key, false)
+		c.queue.succeeded(key)
 	case errors.Is(err, errStaleCache):
 		// The watch event that refreshes the cache queues the key; the
 		// delayed add is a safety net should that event never come.
 		c.metrics.Syncs.WithLabelValues(resultStale).Inc()
-		c.queue.Forget(key)
-		c.setRetrying(key, true) // until a sync of it succeeds
-		c.queue.AddAfter(key, staleRetry)
+		c.queue.retryAfter(key, staleRetry, true) // pending until a sync of it succeeds
 	case len(conflicts) > 0:
 		// Someone else's object holds our name: nothing we can do but look
 		// again later, without hammering the API server.
 		c.metrics.Syncs.WithLabelValues(resultConflict).Inc()
-		c.queue.Forget(key)
-		c.setRetrying(key, false)
-		c.queue.AddAfter(key, conflictRetry)
+		c.queue.retryAfter(key, conflictRetry, false)
 	default:
 		c.metrics.Syncs.WithLabelValues(resultError).Inc()
 		c.reportFailure(key, err)
-		c.setRetrying(key, true)
-		c.queue.AddRateLimited(key)
+		c.queue.retry(key)
 	}
 	return true
-}
-
-func (c *Controller) setRetrying(key Key, retrying bool) {
-	c.retryingMu.Lock()
-	defer c.retryingMu.Unlock()
-	if retrying {
-		c.retrying[key] = struct{}{}
-	} else {
-		delete(c.retrying, key)
-	}
 }
 
 // sync brings the hub objects owned by key in line with the members, and
@@ -519,20 +440,20 @@ func (c *Controller) sync(ctx context.Context, key Key) error {
 	return err
 }
 
+// sourcesSwept reports whether no member key of a clusterset key's service
+// waits in the bulk lane (waitSourcesSwept).
+func (c *Controller) sourcesSwept(key Key) bool { return c.queue.bulkPending(key) == 0 }
+
 // Queued returns how many keys wait in this controller's queue (not in
 // flight, not waiting out a retry). Unlike the workqueue depth metric,
 // which client-go keeps per process and name, it counts this controller
 // only.
-func (c *Controller) Queued() int { return c.queue.Len() }
+func (c *Controller) Queued() int { return c.queue.len() }
 
 // Pending is the number of keys queued, being synced, waiting to retry
 // after an error, or to merge after mergeCoalesce. Keys parked after a name conflict are not counted: they
 // wait for a person.
-func (c *Controller) Pending() int {
-	c.retryingMu.Lock()
-	defer c.retryingMu.Unlock()
-	return c.queue.Len() + len(c.retrying) + c.inFlight + len(c.coalescing)
-}
+func (c *Controller) Pending() int { return c.queue.pending() }
 
 // clusterIndex is the byCluster index function.
 func clusterIndex(obj interface{}) ([]string, error) {

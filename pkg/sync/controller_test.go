@@ -430,9 +430,9 @@ func TestSyncWritesExportConditionsOnlyWhenTheyChange(t *testing.T) {
 			t.Fatalf("%s before the import: %d status writes, Ready %+v", name, len(m.statusWrites), ready)
 		}
 	}
-	queued := f.ctrl.queue.Len()
+	queued := f.ctrl.queue.wq.Len()
 	f.sync(key)
-	if n := f.ctrl.queue.Len() - queued; n != 2 {
+	if n := f.ctrl.queue.wq.Len() - queued; n != 2 {
 		t.Errorf("the import's first status queued %d keys, want the 2 member keys", n)
 	}
 	f.sync(eastKey)

@@ -85,7 +85,7 @@
 // record an Event, touch a metric or queue a key themselves. A new feature
 // adds a field to outcome, not a side effect to a step.
 //
-// Keys are queued one way, Controller.enqueue, with the reason (why) that
+// Keys are queued one way, keyQueue.add, with the reason (why) that
 // decides their lane, their member's turn and any coalescing; the worker's
 // retries alone go to the rate-limited queue directly.
 //
@@ -124,9 +124,9 @@
 //   - A sync that fails returns its error; the queue retries the key with
 //     backoff. A name held by someone else's object is retried slowly.
 //   - A sync that returns without finishing because a precondition does not
-//     hold records its key against that precondition (Controller.waitFor)
+//     hold records its key against that precondition (waits.waitFor)
 //     and returns nil. The transition that makes the precondition hold wakes
-//     exactly the keys recorded against it (Controller.wake). The
+//     exactly the keys recorded against it (waits.wake). The
 //     preconditions and their transitions are:
 //     a member's first sync (ClusterSynced) or the withdraw step of its
 //     unreachable policy, the member registrations known

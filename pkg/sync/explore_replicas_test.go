@@ -58,10 +58,10 @@ func (w *world) newReplica() (*replica, error) {
 	if w.rng.Intn(2) == 0 {
 		// Half the replicas hand keys out as the daemon does: live before
 		// bulk, members in turn, sweeps merged once.
-		r.queue.real = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Queue: ctrl.lanes})
+		r.queue.real = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Queue: ctrl.queue.lanes})
 		w.tally[exploreRealQueue]++
 	}
-	ctrl.queue = r.queue
+	ctrl.queue.wq = r.queue
 	ctrl.written.now = func() time.Time { return w.now }
 	w.newWorkers(r, 1+w.rng.Intn(3))
 	if w.shard != nil {

@@ -67,10 +67,10 @@ const (
 // to V(2) until failureRepeat has passed.
 func (c *Controller) reportFailure(key Key, err error) {
 	if !c.failures.loud(key, err) {
-		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
 		return
 	}
-	klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.NumRequeues(key), "err", err)
+	klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
 	c.recorder.Event(importRef(key), corev1.EventTypeWarning, ReasonSyncFailed, failureSubject(key)+" fails, retrying: "+err.Error())
 }
 

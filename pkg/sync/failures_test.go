@@ -71,12 +71,12 @@ func TestAWriteTheHubRefusesIsSaidOnceWithTheHubsAnswer(t *testing.T) {
 		return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}, "x",
 			field.ErrorList{field.TooLong(field.NewPath("metadata", "annotations"), "", 262144)})
 	})
-	f.ctrl.queue.Add(cartC1)
+	f.ctrl.queue.wq.Add(cartC1)
 	for range 3 {
 		f.ctrl.processNext(f.ctx)
-		f.ctrl.queue.Forget(cartC1) // no backoff: the next round is at once
-		if f.ctrl.queue.Len() == 0 {
-			f.ctrl.queue.Add(cartC1)
+		f.ctrl.queue.wq.Forget(cartC1) // no backoff: the next round is at once
+		if f.ctrl.queue.wq.Len() == 0 {
+			f.ctrl.queue.wq.Add(cartC1)
 		}
 	}
 	failed := eventsWith(drainEvents(rec), ReasonSyncFailed)

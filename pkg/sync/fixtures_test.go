@@ -184,7 +184,7 @@ func newFixture(t *testing.T, opts Options, hubObjects []runtime.Object, importO
 	}
 	// The test syncs keys itself, as the workers of a running controller
 	// would: its events are queued as a running controller queues them.
-	ctrl.startedOnce.Do(func() { close(ctrl.started) })
+	ctrl.queue.start()
 	return f
 }
 
@@ -261,12 +261,12 @@ func (f *fixture) quiesce() {
 	f.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		for f.ctrl.queue.Len() > 0 {
-			k, _ := f.ctrl.queue.Get()
-			f.ctrl.queue.Done(k)
+		for f.ctrl.queue.wq.Len() > 0 {
+			k, _ := f.ctrl.queue.wq.Get()
+			f.ctrl.queue.wq.Done(k)
 		}
 		time.Sleep(quietFor)
-		if f.ctrl.queue.Len() == 0 {
+		if f.ctrl.queue.wq.Len() == 0 {
 			return
 		}
 	}
@@ -278,17 +278,17 @@ func (f *fixture) quiesce() {
 func (f *fixture) queuedWhenQuiet() []Key {
 	f.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for n := -1; n != f.ctrl.queue.Len(); {
+	for n := -1; n != f.ctrl.queue.wq.Len(); {
 		if time.Now().After(deadline) {
 			f.t.Fatal("the queue did not stop growing")
 		}
-		n = f.ctrl.queue.Len()
+		n = f.ctrl.queue.wq.Len()
 		time.Sleep(quietFor)
 	}
 	var keys []Key
-	for f.ctrl.queue.Len() > 0 {
-		k, _ := f.ctrl.queue.Get()
-		f.ctrl.queue.Done(k)
+	for f.ctrl.queue.wq.Len() > 0 {
+		k, _ := f.ctrl.queue.wq.Get()
+		f.ctrl.queue.wq.Done(k)
 		keys = append(keys, k)
 	}
 	return keys

@@ -35,7 +35,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		if err != nil || !c.opts.Export.NamespaceSelected(m.GetNamespace()) {
 			return
 		}
-		c.enqueue(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, lane(bulk))
+		c.queue.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: m.GetName()}, lane(bulk))
 	}
 	slice := func(obj interface{}, bulk, _ bool) {
 		m, err := metaOf(obj)
@@ -46,7 +46,7 @@ func (c *Controller) EventHandlers(cluster string) (services, slices, exports ca
 		if svc == "" {
 			return
 		}
-		c.enqueue(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc}, lane(bulk))
+		c.queue.add(Key{Cluster: cluster, Namespace: m.GetNamespace(), Name: svc}, lane(bulk))
 	}
 	sliceHandler := changeHandler(slice)
 	// A slice moved to another service (label change) must resync the old one.
@@ -90,7 +90,7 @@ func (c *Controller) resyncMember(cluster string) {
 			if !c.opts.Export.NamespaceSelected(s.Namespace) {
 				continue
 			}
-			c.enqueue(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, aSweep)
+			c.queue.add(Key{Cluster: cluster, Namespace: s.Namespace, Name: s.Name}, aSweep)
 		}
 		services = len(svcs)
 		// A ServiceExport without its Service has a key too: its status
@@ -101,7 +101,7 @@ func (c *Controller) resyncMember(cluster string) {
 		}
 		for _, se := range exports {
 			if c.opts.Export.NamespaceSelected(se.Namespace) {
-				c.enqueue(Key{Cluster: cluster, Namespace: se.Namespace, Name: se.Name}, aSweep)
+				c.queue.add(Key{Cluster: cluster, Namespace: se.Namespace, Name: se.Name}, aSweep)
 			}
 		}
 	}
@@ -164,7 +164,7 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 	}
 	for _, o := range objs {
 		if m, err := metaOf(o); err == nil {
-			c.enqueue(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, aSweep)
+			c.queue.add(Key{Namespace: m.GetNamespace(), Name: m.GetName()}, aSweep)
 		}
 	}
 }
@@ -175,11 +175,11 @@ func (c *Controller) enqueueImportsOf(cluster string) {
 // syncs keep or drop it (memberStates).
 func (c *Controller) enqueueClusterObjects(cluster string) {
 	for _, k := range c.state.keys(cluster) {
-		c.enqueue(k, aSweep)
+		c.queue.add(k, aSweep)
 	}
 	for _, k := range c.written.ownersIn(cluster) {
-		c.enqueue(k, aSweep)
-		c.enqueue(k.ClusterSet(), aSweep)
+		c.queue.add(k, aSweep)
+		c.queue.add(k.ClusterSet(), aSweep)
 	}
 	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
@@ -191,8 +191,8 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 		for _, o := range objs {
 			if m, err := metaOf(o); err == nil {
 				if k, ok := hubKey(m); ok {
-					c.enqueue(k, aSweep)
-					c.enqueue(k.ClusterSet(), aSweep)
+					c.queue.add(k, aSweep)
+					c.queue.add(k.ClusterSet(), aSweep)
 				}
 			}
 		}
@@ -292,7 +292,7 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 // event of the ServiceImport of key.
 func (c *Controller) queueImportReaders(key Key, before, after *mcsv1beta1.ServiceImport) {
 	for _, k := range c.importReaders(key, before, after) {
-		c.enqueue(k, c.foundBy(key, k))
+		c.queue.add(k, c.queue.foundBy(key, k))
 	}
 }
 
@@ -302,7 +302,7 @@ func (c *Controller) queueImportReaders(key Key, before, after *mcsv1beta1.Servi
 func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 	switch ref.resource {
 	case resourceEndpointSlice:
-		c.enqueue(o.owner.ClusterSet(), why{origin: o.owner.Cluster})
+		c.queue.add(o.owner.ClusterSet(), why{origin: o.owner.Cluster})
 	case resourceServiceImport:
 		overlaid, _ := o.obj.(*mcsv1beta1.ServiceImport)
 		cached, err := c.imports.ServiceImports(ref.namespace).Get(ref.name)
@@ -322,7 +322,7 @@ func (c *Controller) enqueueMerge(obj interface{}) {
 		return
 	}
 	if k, ok := ownerOf(resourceEndpointSlice, m); ok && !k.IsClusterSet() {
-		c.enqueue(k.ClusterSet(), why{coalesce: true})
+		c.queue.add(k.ClusterSet(), why{coalesce: true})
 	}
 }
 
@@ -342,14 +342,14 @@ func (c *Controller) enqueueHub(resource string, obj interface{}, bulk bool) {
 		return
 	}
 	if k, ok := ownerOf(resource, m); ok {
-		c.enqueue(k, lane(bulk))
+		c.queue.add(k, lane(bulk))
 	}
 }
 
 // namespaceAdded wakes the keys that waited for a hub namespace.
 func (c *Controller) namespaceAdded(obj interface{}) {
 	if ns, ok := obj.(*corev1.Namespace); ok {
-		c.wake(waitNamespace(ns.Name), false)
+		c.waits.wake(waitNamespace(ns.Name), false)
 	}
 }
 
@@ -394,7 +394,7 @@ func (c *Controller) ClusterSyncTimedOut(string) {}
 
 // wakeMember wakes what waited for a member that synced or went away.
 func (c *Controller) wakeMember(cluster string) {
-	c.wake(waitMemberSynced(cluster), true)
+	c.waits.wake(waitMemberSynced(cluster), true)
 }
 
 // memberSynced reports whether what waits for a member's sync may go on:

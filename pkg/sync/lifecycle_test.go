@@ -52,7 +52,7 @@ func (f *fixture) drain() {
 		if time.Now().After(deadline) {
 			f.t.Fatalf("%d keys still pending after 10s", f.ctrl.Pending())
 		}
-		if f.ctrl.queue.Len() == 0 {
+		if f.ctrl.queue.wq.Len() == 0 {
 			time.Sleep(5 * time.Millisecond) // a delayed add
 			continue
 		}
@@ -113,13 +113,13 @@ func TestRegisteredMemberWithoutConnectionIsKeptUntilThePolicyWithdrawsIt(t *tes
 	// The withdraw period passes: the timer queues c1's keys, whose sync
 	// withdraws them. (What the import's events queued goes first.)
 	f.drain()
-	queued := f.ctrl.queue.Len()
+	queued := f.ctrl.queue.wq.Len()
 	clk.Step(time.Hour + time.Second)
 	deadline := time.Now().Add(5 * time.Second)
-	for f.ctrl.queue.Len() == queued && time.Now().Before(deadline) {
+	for f.ctrl.queue.wq.Len() == queued && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if f.ctrl.queue.Len() == queued {
+	if f.ctrl.queue.wq.Len() == queued {
 		t.Fatal("the withdraw step queued nothing")
 	}
 	f.drain()
@@ -199,11 +199,11 @@ func TestStandbyQueuesInBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := Key{Cluster: "c1", Namespace: "shop", Name: "seen-as-standby"}
-	c.enqueue(seen, aChange)
-	c.startedOnce.Do(func() { close(c.started) })
+	c.queue.add(seen, aChange)
+	c.queue.start()
 	live := Key{Cluster: "c1", Namespace: "shop", Name: "changed-after-takeover"}
-	c.enqueue(live, aChange)
-	if got, _ := c.queue.Get(); got != live {
+	c.queue.add(live, aChange)
+	if got, _ := c.queue.wq.Get(); got != live {
 		t.Errorf("first key after takeover = %v, want the live change %v", got, live)
 	}
 }
@@ -221,19 +221,19 @@ func (f *fixture) exportedCart(name string) *fakeMember {
 
 // drainQueue empties the queue without syncing.
 func (f *fixture) drainQueue() {
-	for f.ctrl.queue.Len() > 0 {
-		k, _ := f.ctrl.queue.Get()
-		f.ctrl.queue.Done(k)
+	for f.ctrl.queue.wq.Len() > 0 {
+		k, _ := f.ctrl.queue.wq.Get()
+		f.ctrl.queue.wq.Done(k)
 	}
 }
 
 // waitQueued waits until something is queued.
 func (f *fixture) waitQueued() bool {
 	deadline := time.Now().Add(5 * time.Second)
-	for f.ctrl.queue.Len() == 0 && time.Now().Before(deadline) {
+	for f.ctrl.queue.wq.Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	return f.ctrl.queue.Len() > 0
+	return f.ctrl.queue.wq.Len() > 0
 }
 
 // An outage is reported a probe or more after it began: a step of the
@@ -245,13 +245,13 @@ func TestPolicyStepDueWhenTheOutageIsReportedIsApplied(t *testing.T) {
 	f.drainQueue()
 	m.downSince = clk.Now().Add(-10 * time.Second)
 	f.ctrl.ClusterHealthChanged("c1", false)
-	if f.ctrl.queue.Len() == 0 {
+	if f.ctrl.queue.wq.Len() == 0 {
 		t.Fatal("grace had passed when the outage was reported, but nothing was queued")
 	}
 	f.drainQueue()
 	// The same outage reported again applies nothing new.
 	f.ctrl.ClusterHealthChanged("c1", false)
-	if n := f.ctrl.queue.Len(); n != 0 {
+	if n := f.ctrl.queue.wq.Len(); n != 0 {
 		t.Errorf("the same step applied twice: %d keys queued", n)
 	}
 }
@@ -329,7 +329,7 @@ func TestMemberRemovedDuringASyncOfItsKeyLeavesNothing(t *testing.T) {
 			f.ctrl.ClusterRemoved("c1")
 		}
 	}
-	f.ctrl.enqueue(cartC1, aChange)
+	f.ctrl.queue.add(cartC1, aChange)
 	f.ctrl.processNext(f.ctx)
 	f.ctrl.write.beforeCall = nil
 	if !removed {

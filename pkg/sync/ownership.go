@@ -80,10 +80,10 @@ func (c *Controller) OwnershipChanged(cluster string) {
 		c.resyncMember(cluster)
 	} else {
 		for _, k := range c.state.keys("") {
-			c.enqueue(k, aSweep)
+			c.queue.add(k, aSweep)
 		}
 	}
-	c.wake(waitOwned(cluster), true)
+	c.waits.wake(waitOwned(cluster), true)
 }
 
 // Busy reports whether a sync of one of a member's keys is in flight
@@ -91,17 +91,10 @@ func (c *Controller) OwnershipChanged(cluster string) {
 // unregistered member). A member handed over waits for them, and so does
 // a leader before it releases its Lease.
 func (c *Controller) Busy(cluster string) bool {
-	c.retryingMu.Lock()
 	if cluster != "" {
-		defer c.retryingMu.Unlock()
-		return c.busy[cluster] > 0
+		return c.queue.busyWith(cluster)
 	}
-	members := make([]string, 0, len(c.busy))
-	for m := range c.busy {
-		members = append(members, m)
-	}
-	c.retryingMu.Unlock()
-	for _, m := range members {
+	for _, m := range c.queue.busyMembers() {
 		if m == "" {
 			return true
 		}

@@ -20,18 +20,18 @@ func TestUnreadableRecordQueuesItsMemberAndIsCounted(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil)
 	f.exportedCart("c1")
 	f.breakRecord(sliceName(0))
-	for f.ctrl.queue.Len() > 0 { // the edit's events
-		k, _ := f.ctrl.queue.Get()
-		f.ctrl.queue.Done(k)
+	for f.ctrl.queue.wq.Len() > 0 { // the edit's events
+		k, _ := f.ctrl.queue.wq.Get()
+		f.ctrl.queue.wq.Done(k)
 	}
 	f.sync(cartC1.ClusterSet())
 	if got := counterValue(t, f.ctrl.metrics.UnreadableRecords); got != 1 {
 		t.Errorf("unreadable records counted %v, want 1", got)
 	}
-	if f.ctrl.queue.Len() == 0 {
+	if f.ctrl.queue.wq.Len() == 0 {
 		t.Fatal("the merge that found an unreadable record queued nothing")
 	}
-	if k, _ := f.ctrl.queue.Get(); k != cartC1 {
+	if k, _ := f.ctrl.queue.wq.Get(); k != cartC1 {
 		t.Fatalf("queued %v, want the member key %v", k, cartC1)
 	}
 	f.sync(cartC1) // rewrites the record
@@ -77,7 +77,7 @@ func TestUnreadableRecordOfAnUnconnectedMemberDoesNotFreezeTheMerge(t *testing.T
 	c2 := f.member("c2")
 	_ = c2.services.Add(service("shop", "cart"))
 	c2.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c2", 10, 1, true)}
-	f.ctrl.enqueue(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, aChange)
+	f.ctrl.queue.add(Key{Cluster: "c2", Namespace: "shop", Name: "cart"}, aChange)
 	f.drain()
 	if got := f.importClusters(); !slices.Contains(got, "c2") {
 		t.Fatalf("import clusters %v: c2 never merged while c1 cannot rewrite its record", got)

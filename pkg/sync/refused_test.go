@@ -159,21 +159,21 @@ func TestSyncRefusesSpecialAndHubServiceAddresses(t *testing.T) {
 	if _, err := f.hub.NetworkingV1().ServiceCIDRs().Create(f.ctx, serviceCIDR("extra", "10.1.0.0/31"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for f.ctrl.queue.Len() > 0 { // what the syncs above queued
-		k, _ := f.ctrl.queue.Get()
-		f.ctrl.queue.Done(k)
+	for f.ctrl.queue.wq.Len() > 0 { // what the syncs above queued
+		k, _ := f.ctrl.queue.wq.Get()
+		f.ctrl.queue.wq.Done(k)
 	}
 	if _, err := f.hub.NetworkingV1().ServiceCIDRs().Create(f.ctx, serviceCIDR("extra2", "10.200.0.0/16"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	queued := false
 	for deadline := time.Now().Add(5 * time.Second); !queued && time.Now().Before(deadline); {
-		if f.ctrl.queue.Len() == 0 {
+		if f.ctrl.queue.wq.Len() == 0 {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		k, _ := f.ctrl.queue.Get()
-		f.ctrl.queue.Done(k)
+		k, _ := f.ctrl.queue.wq.Get()
+		f.ctrl.queue.wq.Done(k)
 		queued = k == cartC1
 	}
 	if !queued {

@@ -32,16 +32,16 @@ func (c *Controller) settle(key Key, out *outcome, err error) {
 	}
 	for _, cf := range conflicts {
 		if cf.resyncNow {
-			c.enqueue(key, aChange)
+			c.queue.add(key, aChange)
 			break
 		}
 	}
 	for _, k := range out.follow {
-		c.enqueueFound(key, k)
+		c.queue.addFound(key, k)
 	}
 	c.applyNotices()
 	for _, w := range out.waits {
-		c.waitFor(key, w.cond, w.holds)
+		c.waits.waitFor(key, w.cond, w.holds)
 	}
 }
 
@@ -59,7 +59,7 @@ func (c *Controller) settleState(key Key, out *outcome) {
 	}
 	for _, k := range kept.seeded {
 		if k != key {
-			c.enqueueFound(key, k)
+			c.queue.addFound(key, k)
 		}
 	}
 	if out.endpoints == nil || key.IsClusterSet() {
@@ -72,7 +72,7 @@ func (c *Controller) settleState(key Key, out *outcome) {
 		c.reportInvalidExport(key, out.invalidExport)
 	}
 	for _, k := range kept.again {
-		c.enqueueFound(key, k)
+		c.queue.addFound(key, k)
 	}
 	if out.export != nil && out.export.admitted == kept.wasRefused {
 		c.reportAdmission(key, out.export.admitted, out.exportRefused)
@@ -85,7 +85,7 @@ func (c *Controller) applyNotices() {
 	for _, n := range c.written.takeNotices() {
 		switch {
 		case n.requeue != nil:
-			c.enqueue(*n.requeue, aChange)
+			c.queue.add(*n.requeue, aChange)
 		case n.unshadowed != nil:
 			c.unshadowed(n.unshadowed.ref, n.unshadowed.entry)
 		}

@@ -20,7 +20,7 @@ func TestSyncStepsLeaveOutcomesToSettle(t *testing.T) {
 	files := []string{"member.go", "clusterset.go", "exportstatus.go", "reader.go", "export.go", "apply.go"}
 	forbidden := map[string]bool{
 		"recorder": true, "metrics": true, "queue": true,
-		"enqueue": true, "waitFor": true, "wake": true,
+		"enqueue": true, "waitFor": true, "wake": true, "waits": true,
 		"recordEndpoints": true, "reportConflict": true,
 		"recordExportConflicts": true, "reportExportConflicts": true,
 	}

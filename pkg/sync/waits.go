@@ -44,14 +44,15 @@ func waitOwned(cluster string) condition        { return condition{mayWrite, clu
 // first (drop), and so does the removal of its member (dropCluster), so
 // the record stays as small as the set of keys that wait now.
 type waits struct {
-	mu   stdsync.Mutex
-	keys map[condition]sets.Set[Key]
+	queue *keyQueue // where woken keys go
+	mu    stdsync.Mutex
+	keys  map[condition]sets.Set[Key]
 	// of is the reverse index: the conditions each key waits for.
 	of map[Key]sets.Set[condition]
 }
 
-func newWaits() *waits {
-	return &waits{keys: map[condition]sets.Set[Key]{}, of: map[Key]sets.Set[condition]{}}
+func newWaits(queue *keyQueue) *waits {
+	return &waits{queue: queue, keys: map[condition]sets.Set[Key]{}, of: map[Key]sets.Set[condition]{}}
 }
 
 func (w *waits) add(c condition, key Key) {
@@ -128,16 +129,16 @@ func (w *waits) len() int {
 // waitFor records that key waits for c. holds reports whether c holds now:
 // it is asked after recording, so a transition racing the sync is never
 // missed (either it sees the key, or holds sees the transition).
-func (c *Controller) waitFor(key Key, cond condition, holds func() bool) {
-	c.waits.add(cond, key)
+func (w *waits) waitFor(key Key, cond condition, holds func() bool) {
+	w.add(cond, key)
 	if holds() {
-		c.wake(cond, true)
+		w.wake(cond, true)
 	}
 }
 
 // wake queues the keys waiting for cond, which now holds.
-func (c *Controller) wake(cond condition, bulk bool) {
-	for _, k := range c.waits.take(cond) {
-		c.enqueue(k, lane(bulk))
+func (w *waits) wake(cond condition, bulk bool) {
+	for _, k := range w.take(cond) {
+		w.queue.add(k, lane(bulk))
 	}
 }

@@ -1,0 +1,246 @@
+package sync
+
+import (
+	stdsync "sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// why is the reason a key is queued, which decides where it waits: in the
+// live lane or the bulk one, in whose member's turn (see lanes), and for a
+// merge a sweep found, after a coalescing delay.
+type why struct {
+	// bulk: a sweep (a member's first sync or resync, startup, a wake
+	// after a transition) rather than a change.
+	bulk bool
+	// origin is the member in whose turn the key waits; "" is the key's
+	// own (none for a clusterset key).
+	origin string
+	// coalesce: a clusterset key merged once after mergeCoalesce, as the
+	// records of a sweep arrive one member at a time.
+	coalesce bool
+}
+
+// A change (an event, a write that did not echo) or a sweep.
+var (
+	aChange = why{}
+	aSweep  = why{bulk: true}
+)
+
+// lane is a change, or a sweep when bulk.
+func lane(bulk bool) why { return why{bulk: bulk} }
+
+// retry tuning: per-key exponential backoff from 5ms, capped at 5 minutes,
+// and at most 10 retries/s (burst 100) overall. A key is retried until it
+// succeeds: dropping it would leave the hub stale until the next event.
+const (
+	retryBase     = 5 * time.Millisecond
+	retryMax      = 5 * time.Minute
+	conflictRetry = 5 * time.Minute
+	staleRetry    = time.Second
+)
+
+// queueName names the workqueue in its metrics.
+const queueName = "endpoint_aggregator"
+
+// keyQueue is the controller's queue of keys: the rate-limited workqueue,
+// the order in which it hands keys out (lanes), and the count of the keys
+// queued, in flight or waiting out a retry (Pending, Busy).
+type keyQueue struct {
+	wq    workqueue.TypedRateLimitingInterface[Key]
+	lanes *lanes // the order: live changes before bulk sweeps
+
+	// started is closed once the workers run (start).
+	started   chan struct{}
+	startOnce stdsync.Once
+
+	mu stdsync.Mutex
+	// retrying holds the keys waiting out a backoff after an error; the
+	// workqueue does not count them in Len.
+	retrying map[Key]struct{}
+	inFlight int
+	// busy counts the syncs in flight by member ("": clusterset keys).
+	busy map[string]int
+	// coalescing holds the clusterset keys added after mergeCoalesce and
+	// not synced since.
+	coalescing map[Key]struct{}
+}
+
+func newKeyQueue() *keyQueue {
+	lanes := newLanes()
+	return &keyQueue{
+		wq: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[Key](retryBase, retryMax),
+				&workqueue.TypedBucketRateLimiter[Key]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[Key]{
+				Name: queueName,
+				DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[Key]{
+					Name:  queueName,
+					Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[Key]{Name: queueName, Queue: lanes}),
+				}),
+			}),
+		lanes:      lanes,
+		started:    make(chan struct{}),
+		retrying:   map[Key]struct{}{},
+		busy:       map[string]int{},
+		coalescing: map[Key]struct{}{},
+	}
+}
+
+// start says the workers run: from now on a change goes in the live lane.
+func (q *keyQueue) start() { q.startOnce.Do(func() { close(q.started) }) }
+
+func (q *keyQueue) hasStarted() bool {
+	select {
+	case <-q.started:
+		return true
+	default:
+		return false
+	}
+}
+
+// foundBy is why a sync of from queues key: the work it found is as urgent
+// as its own, in its lane. A clusterset key waits in the turn of the member
+// whose sync queued it; one found by a sweep is coalesced.
+func (q *keyQueue) foundBy(from, key Key) why {
+	bulk := q.lanes.servedBulk(from)
+	if key.IsClusterSet() {
+		return why{bulk: bulk, origin: from.Cluster, coalesce: bulk}
+	}
+	return why{bulk: bulk}
+}
+
+// addFound queues key, which a sync of from found work for.
+func (q *keyQueue) addFound(from, key Key) {
+	q.add(key, q.foundBy(from, key))
+}
+
+// add is the one way a key is queued; only the worker's retries go to the
+// rate-limited queue directly. Until the workers start every key goes in
+// bulk: a standby queues the leader's writes as it sees them, and at its
+// takeover a real change must not wait behind them.
+func (q *keyQueue) add(key Key, w why) {
+	if w.coalesce {
+		q.mu.Lock()
+		q.coalescing[key] = struct{}{}
+		q.mu.Unlock()
+		q.wq.AddAfter(key, mergeCoalesce)
+		return
+	}
+	origin := w.origin
+	if origin == "" {
+		origin = key.Cluster
+	}
+	q.lanes.mark(key, w.bulk || !q.hasStarted(), origin)
+	q.wq.Add(key)
+}
+
+// get hands out the next key, and the clusterset keys whose sources left
+// the bulk lane since; quit once the queue is shut down. The caller calls
+// begin, then end and done when the key's sync is over.
+func (q *keyQueue) get() (key Key, drained []Key, quit bool) {
+	key, quit = q.wq.Get()
+	if quit {
+		return key, nil, true
+	}
+	return key, q.lanes.takeDrained(), false
+}
+
+// begin counts key's sync in flight.
+func (q *keyQueue) begin(key Key) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.inFlight++
+	q.busy[key.Cluster]++
+	delete(q.coalescing, key)
+}
+
+// end counts key's sync out again.
+func (q *keyQueue) end(key Key) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.inFlight--
+	if q.busy[key.Cluster]--; q.busy[key.Cluster] == 0 {
+		delete(q.busy, key.Cluster)
+	}
+}
+
+// finish takes key, synced, out of its lane's accounts.
+func (q *keyQueue) finish(key Key) { q.lanes.finish(key) }
+
+// done tells the workqueue the key handed out is processed.
+func (q *keyQueue) done(key Key) { q.wq.Done(key) }
+
+// succeeded forgets key's backoff.
+func (q *keyQueue) succeeded(key Key) {
+	q.wq.Forget(key)
+	q.setRetrying(key, false)
+}
+
+// retryAfter queues key again after d, without backoff; retrying says
+// whether it counts as Pending meanwhile.
+func (q *keyQueue) retryAfter(key Key, d time.Duration, retrying bool) {
+	q.wq.Forget(key)
+	q.setRetrying(key, retrying)
+	q.wq.AddAfter(key, d)
+}
+
+// retry queues key again with backoff.
+func (q *keyQueue) retry(key Key) {
+	q.setRetrying(key, true)
+	q.wq.AddRateLimited(key)
+}
+
+// retries is how many times key was retried with backoff.
+func (q *keyQueue) retries(key Key) int { return q.wq.NumRequeues(key) }
+
+func (q *keyQueue) setRetrying(key Key, retrying bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if retrying {
+		q.retrying[key] = struct{}{}
+	} else {
+		delete(q.retrying, key)
+	}
+}
+
+// bulkPending is the number of member keys of a clusterset key's service
+// waiting in the bulk lane.
+func (q *keyQueue) bulkPending(key Key) int { return q.lanes.bulkPending(key) }
+
+// len is the number of keys queued (not in flight, not waiting out a
+// retry).
+func (q *keyQueue) len() int { return q.wq.Len() }
+
+// pending is the number of keys queued, being synced, waiting to retry
+// after an error, or to merge after mergeCoalesce.
+func (q *keyQueue) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wq.Len() + len(q.retrying) + q.inFlight + len(q.coalescing)
+}
+
+// busyMembers returns the members with syncs in flight ("": clusterset
+// keys).
+func (q *keyQueue) busyMembers() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	members := make([]string, 0, len(q.busy))
+	for m := range q.busy {
+		members = append(members, m)
+	}
+	return members
+}
+
+// busyWith reports whether a sync of one of cluster's keys is in flight.
+func (q *keyQueue) busyWith(cluster string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy[cluster] > 0
+}
+
+func (q *keyQueue) shutDown() { q.wq.ShutDown() }

@@ -8,14 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -23,8 +20,6 @@ import (
 	"k8s.io/utils/clock"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
-	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -107,15 +102,6 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) clock.Timer
 }
 
-// Hub informer indexes.
-const (
-	// byCluster indexes our hub objects by source cluster, and
-	// ServiceImports by the clusters they list.
-	byCluster = "cluster"
-	// bySource indexes our MCS slices by "<namespace>/<service>/<cluster>".
-	bySource = "source"
-)
-
 // Controller keeps the hub's aggregated objects in line with the members.
 type Controller struct {
 	opts     Options
@@ -140,25 +126,8 @@ type Controller struct {
 	read  *hubReader
 	write *hubWriter
 
-	// starters start the hub informer factories.
-	starters []func(stop <-chan struct{})
-
-	services   corelisters.ServiceLister
-	serviceInf cache.SharedIndexInformer
-	// The Endpoints and EndpointSlice caches hold digests (stripHubObject).
-	endpointInf cache.SharedIndexInformer
-	sliceInf    cache.SharedIndexInformer
-	imports     mcslisters.ServiceImportLister
-	importInf   cache.SharedIndexInformer
-	namespaces  corelisters.NamespaceLister
-	nsInf       cache.SharedIndexInformer
-	// cidrInf caches the hub's ServiceCIDRs (WatchServiceCIDRs); nil
-	// otherwise.
-	cidrInf cache.SharedIndexInformer
-	// leaseInf caches the member Leases, memberLeases lists them; both nil
-	// without member Leases (Options.LeaseNamespace).
-	leaseInf     cache.SharedIndexInformer
-	memberLeases coordinationlisters.LeaseNamespaceLister
+	// caches are the hub informers; read reads through them.
+	caches *hubCaches
 
 	// failures decides which sync failures are logged loud.
 	failures *failureLog
@@ -216,103 +185,48 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		startTime: time.Now(),
 	}
 
-	// The hub caches hold only our objects: every write is labelled, and
-	// filtering keeps memory proportional to our output, not the hub's size.
-	ours := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String()
-	kubeFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
-		informers.WithTransform(stripHubObject))
-	// Slices are recognised by their managed-by label alone: mirrored slices
-	// copy our other labels from the per-cluster Endpoints.
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()
-		}),
-		informers.WithTransform(stripHubObject))
-	mcsFactory := mcsinformers.NewSharedInformerFactoryWithOptions(hubMCS, 0,
-		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
-		mcsinformers.WithTransform(stripHubObject))
-	nsFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0, informers.WithTransform(stripHubObject))
-
-	c.serviceInf = kubeFactory.Core().V1().Services().Informer()
-	c.services = kubeFactory.Core().V1().Services().Lister()
-	c.endpointInf = kubeFactory.Core().V1().Endpoints().Informer()
-	c.sliceInf = sliceFactory.Discovery().V1().EndpointSlices().Informer()
-	c.importInf = mcsFactory.Multicluster().V1beta1().ServiceImports().Informer()
-	c.imports = mcsFactory.Multicluster().V1beta1().ServiceImports().Lister()
-	c.nsInf = nsFactory.Core().V1().Namespaces().Informer()
-	c.namespaces = nsFactory.Core().V1().Namespaces().Lister()
-	ranges := serviceRanges{fixed: opts.Addresses.HubServiceRanges}
-	if opts.WatchServiceCIDRs {
-		c.cidrInf = nsFactory.Networking().V1().ServiceCIDRs().Informer()
-		ranges.lister = nsFactory.Networking().V1().ServiceCIDRs().Lister()
-		if _, err := c.cidrInf.AddEventHandler(changeHandler(c.serviceRangesChanged)); err != nil {
-			return nil, err
-		}
+	caches, err := newHubCaches(hub, hubMCS, opts)
+	if err != nil {
+		return nil, err
 	}
-	c.starters = []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start}
+	c.caches = caches
 	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
 		c.members = leaseMembers{Members: members, c: c}
-		c.watchMemberLeases()
 	}
-	c.read = &hubReader{
-		services: c.services, endpoints: c.endpointInf.GetIndexer(), slices: c.sliceInf.GetIndexer(),
-		imports: c.imports, namespaces: c.namespaces, ranges: ranges, written: c.written, taken: &c.taken,
-		getService: func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+	c.read = newHubReader(caches, c.written, &c.taken,
+		func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
 			return hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
-		getImport: func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error) {
+		func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error) {
 			return hubMCS.MulticlusterV1beta1().ServiceImports(namespace).Get(ctx, name, metav1.GetOptions{})
-		},
-	}
+		})
 	c.write = &hubWriter{hub: hub, hubMCS: hubMCS, written: c.written, taken: &c.taken, metrics: c.metrics}
 
-	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
-		if err := inf.AddIndexers(cache.Indexers{byCluster: clusterIndex}); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
-		return nil, err
-	}
-	if err := c.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
-		return nil, err
-	}
-	for resource, inf := range c.hubInformers() {
+	for resource, inf := range caches.ours() {
 		if _, err := inf.AddEventHandler(c.hubHandler(resource)); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := c.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceAdded}); err != nil {
+	if _, err := caches.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceAdded}); err != nil {
 		return nil, err
 	}
-	return c, nil
-}
-
-// hubInformers are the caches of our hub objects, by resource.
-func (c *Controller) hubInformers() map[string]cache.SharedIndexInformer {
-	return map[string]cache.SharedIndexInformer{
-		resourceService: c.serviceInf, resourceEndpoints: c.endpointInf, resourceEndpointSlice: c.sliceInf, resourceServiceImport: c.importInf,
+	if caches.cidrInf != nil {
+		if _, err := caches.cidrInf.AddEventHandler(changeHandler(c.serviceRangesChanged)); err != nil {
+			return nil, err
+		}
 	}
+	return c, nil
 }
 
 // HasStarted reports whether Run got past startup and runs workers.
 func (c *Controller) HasStarted() bool { return c.queue.hasStarted() }
 
 // HubSynced reports whether the hub caches have synced.
-func (c *Controller) HubSynced() bool {
-	return c.serviceInf.HasSynced() && c.endpointInf.HasSynced() && c.sliceInf.HasSynced() &&
-		c.importInf.HasSynced() && c.nsInf.HasSynced() && (c.cidrInf == nil || c.cidrInf.HasSynced()) &&
-		(c.leaseInf == nil || c.leaseInf.HasSynced())
-}
+func (c *Controller) HubSynced() bool { return c.caches.hasSynced() }
 
 // StartInformers starts the hub informers. Standby replicas call it to keep
 // warm caches; Run calls it too.
-func (c *Controller) StartInformers(ctx context.Context) {
-	for _, start := range c.starters {
-		start(ctx.Done())
-	}
-}
+func (c *Controller) StartInformers(ctx context.Context) { c.caches.start(ctx.Done()) }
 
 // Run waits for the hub caches and the member registrations, queues every hub
 // object for garbage collection, and runs workers until ctx ends.
@@ -363,7 +277,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // policies of unreachable members again, by the outages their Leases
 // publish.
 func (c *Controller) begin() {
-	if c.memberLeases != nil {
+	if c.caches.memberLeases != nil {
 		// A policy timer set before the Lease cache synced went by this
 		// replica's own outage start (see outageStart).
 		for _, name := range c.members.Names() {
@@ -454,58 +368,3 @@ func (c *Controller) Queued() int { return c.queue.len() }
 // after an error, or to merge after mergeCoalesce. Keys parked after a name conflict are not counted: they
 // wait for a person.
 func (c *Controller) Pending() int { return c.queue.pending() }
-
-// clusterIndex is the byCluster index function.
-func clusterIndex(obj interface{}) ([]string, error) {
-	m, err := metaOf(obj)
-	if err != nil {
-		return nil, nil
-	}
-	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
-		return []string{k.Cluster}, nil
-	}
-	return nil, nil
-}
-
-// importClusterIndex indexes ServiceImports by the clusters their status
-// lists.
-func importClusterIndex(obj interface{}) ([]string, error) {
-	imp, ok := obj.(*mcsv1beta1.ServiceImport)
-	if !ok {
-		return nil, nil
-	}
-	out := make([]string, 0, len(imp.Status.Clusters))
-	for _, c := range imp.Status.Clusters {
-		out = append(out, c.Cluster)
-	}
-	return out, nil
-}
-
-// sourceIndex is the bySource index function.
-func sourceIndex(obj interface{}) ([]string, error) {
-	m, err := metaOf(obj)
-	if err != nil {
-		return nil, nil
-	}
-	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
-		return []string{sourceKey(k)}, nil
-	}
-	return nil, nil
-}
-
-// stripHubObject turns a hub object into what the hub caches hold: managed
-// fields dropped, and EndpointSlices and Endpoints, which carry every
-// aggregated endpoint, reduced to their digests: the sync logic reads
-// their content only to compare it with what it wants.
-func stripHubObject(obj interface{}) (interface{}, error) {
-	if m, err := metaOf(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	switch o := obj.(type) {
-	case *discoveryv1.EndpointSlice:
-		return endpoints.DigestSlice(o), nil
-	case *corev1.Endpoints:
-		return endpoints.DigestEndpoints(o), nil
-	}
-	return obj, nil
-}

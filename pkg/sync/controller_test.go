@@ -115,7 +115,7 @@ type cached struct {
 // snapshot deep-copies every hub cache object, keyed by the cached pointer.
 func snapshot(f *fixture) map[cached]interface{} {
 	out := map[cached]interface{}{}
-	for _, store := range []interface{ List() []interface{} }{f.ctrl.serviceInf.GetStore(), f.ctrl.endpointInf.GetStore(), f.ctrl.sliceInf.GetStore(), f.ctrl.importInf.GetStore()} {
+	for _, store := range []interface{ List() []interface{} }{f.ctrl.caches.serviceInf.GetStore(), f.ctrl.caches.endpointInf.GetStore(), f.ctrl.caches.sliceInf.GetStore(), f.ctrl.caches.importInf.GetStore()} {
 		for _, o := range store.List() {
 			m, _ := metaOf(o)
 			out[cached{name: m.GetName(), obj: o}] = o.(runtime.Object).DeepCopyObject()

@@ -828,15 +828,15 @@ func (w *world) listHub() {
 func (w *world) indexer(resource string) cache.Indexer {
 	switch resource {
 	case resourceService:
-		return w.ctrl.serviceInf.GetIndexer()
+		return w.ctrl.caches.serviceInf.GetIndexer()
 	case resourceEndpoints:
-		return w.ctrl.endpointInf.GetIndexer()
+		return w.ctrl.caches.endpointInf.GetIndexer()
 	case resourceEndpointSlice:
-		return w.ctrl.sliceInf.GetIndexer()
+		return w.ctrl.caches.sliceInf.GetIndexer()
 	case resourceServiceImport:
-		return w.ctrl.importInf.GetIndexer()
+		return w.ctrl.caches.importInf.GetIndexer()
 	}
-	return w.ctrl.nsInf.GetIndexer()
+	return w.ctrl.caches.nsInf.GetIndexer()
 }
 
 func (w *world) hubHandler(resource string) cache.ResourceEventHandler {

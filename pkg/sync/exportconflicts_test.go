@@ -118,7 +118,7 @@ func TestSyncReportsEachChangeOfAnImportsConflictsOnce(t *testing.T) {
 		_ = m.services.Delete(service("shop", "cart"))
 	}
 	syncAll()
-	if _, err := f.ctrl.imports.ServiceImports("shop").Get("cart"); err == nil {
+	if _, err := f.ctrl.caches.imports.ServiceImports("shop").Get("cart"); err == nil {
 		t.Fatal("the import outlived its exports")
 	}
 	if got := conflictedGauge(t, reg, endpoints.PortConflict); got != 0 {

@@ -314,8 +314,8 @@ func (f *fixture) cachesMatch() bool {
 		want = append(want, &imps.Items[i])
 	}
 	stores := map[string]cache.Store{
-		"Service": f.ctrl.serviceInf.GetStore(), "Endpoints": f.ctrl.endpointInf.GetStore(),
-		"EndpointSlice": f.ctrl.sliceInf.GetStore(), "ServiceImport": f.ctrl.importInf.GetStore(),
+		"Service": f.ctrl.caches.serviceInf.GetStore(), "Endpoints": f.ctrl.caches.endpointInf.GetStore(),
+		"EndpointSlice": f.ctrl.caches.sliceInf.GetStore(), "ServiceImport": f.ctrl.caches.importInf.GetStore(),
 	}
 	total := 0
 	for _, s := range stores {

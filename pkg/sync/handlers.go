@@ -153,7 +153,7 @@ func (c *Controller) ClusterRemoved(cluster string) {
 // enqueueImportsOf queues the clusterset key of every ServiceImport that
 // lists cluster in its status, as cached or as we last wrote it.
 func (c *Controller) enqueueImportsOf(cluster string) {
-	objs, err := c.importInf.GetIndexer().ByIndex(byCluster, cluster)
+	objs, err := c.caches.importInf.GetIndexer().ByIndex(byCluster, cluster)
 	if err != nil {
 		utilruntime.HandleErrorWithContext(context.TODO(), fmt.Errorf("listing the ServiceImports of cluster %q: %w", cluster, err), "Listing failed", "cluster", cluster)
 	}
@@ -181,7 +181,7 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 		c.queue.add(k, aSweep)
 		c.queue.add(k.ClusterSet(), aSweep)
 	}
-	for _, inf := range []cache.SharedIndexInformer{c.serviceInf, c.endpointInf, c.sliceInf} {
+	for _, inf := range []cache.SharedIndexInformer{c.caches.serviceInf, c.caches.endpointInf, c.caches.sliceInf} {
 		objs, err := inf.GetIndexer().ByIndex(byCluster, cluster)
 		if err != nil {
 			// Only an index that does not exist fails, a bug: say so.
@@ -201,7 +201,7 @@ func (c *Controller) enqueueClusterObjects(cluster string) {
 
 // enqueueHubObjects queues the owner of every cached hub object.
 func (c *Controller) enqueueHubObjects(sel labels.Selector) {
-	for resource, inf := range c.hubInformers() {
+	for resource, inf := range c.caches.ours() {
 		for _, o := range inf.GetStore().List() {
 			if m, err := metaOf(o); err == nil && sel.Matches(labels.Set(m.GetLabels())) {
 				c.enqueueHub(resource, o, true)
@@ -305,7 +305,7 @@ func (c *Controller) unshadowed(ref objectRef, o overlayEntry) {
 		c.queue.add(o.owner.ClusterSet(), why{origin: o.owner.Cluster})
 	case resourceServiceImport:
 		overlaid, _ := o.obj.(*mcsv1beta1.ServiceImport)
-		cached, err := c.imports.ServiceImports(ref.namespace).Get(ref.name)
+		cached, err := c.caches.imports.ServiceImports(ref.namespace).Get(ref.name)
 		if err != nil {
 			cached = nil
 		}

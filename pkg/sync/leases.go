@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -142,20 +141,6 @@ func setHealth(l *coordinationv1.Lease, h leaseHealth, now time.Time) {
 	}
 }
 
-// watchMemberLeases caches the member Leases in the daemon's namespace,
-// whoever wrote them: the merging replica deletes those of unregistered
-// members from it, and every replica reads the outages they publish
-// (outageStart). The hub caches count as synced once it is.
-func (c *Controller) watchMemberLeases() {
-	selector := labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}.String() + "," + LabelLeaseCluster
-	f := informers.NewSharedInformerFactoryWithOptions(c.leases, 0, informers.WithNamespace(c.opts.LeaseNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-		informers.WithTransform(stripHubObject))
-	c.leaseInf = f.Coordination().V1().Leases().Informer()
-	c.memberLeases = f.Coordination().V1().Leases().Lister().Leases(c.opts.LeaseNamespace)
-	c.starters = append(c.starters, f.Start)
-}
-
 // outageStart is when the outage of a member that this replica finds
 // unreachable since own began: the earlier of own and the start its Lease
 // publishes, when that says it is unreachable. The outage belongs to the
@@ -165,10 +150,10 @@ func (c *Controller) watchMemberLeases() {
 // No outage starts before the member's registration (registered; zero: not
 // known): an earlier one was another registration's.
 func (c *Controller) outageStart(cluster string, own, registered time.Time) time.Time {
-	if c.memberLeases == nil {
+	if c.caches.memberLeases == nil {
 		return own
 	}
-	l, err := c.memberLeases.Get(MemberLeasePrefix + cluster)
+	l, err := c.caches.memberLeases.Get(MemberLeasePrefix + cluster)
 	if err != nil || l.Annotations[AnnotationReachable] != "false" {
 		return own
 	}
@@ -220,7 +205,7 @@ func (c *Controller) wakeLeases() {
 // the Leases of unregistered members, whoever wrote them: those the Lease
 // cache holds (see watchMemberLeases) and those it wrote itself.
 func (c *Controller) runMemberLeases(ctx context.Context) {
-	if c.memberLeases == nil {
+	if c.caches.memberLeases == nil {
 		return
 	}
 	known := map[string]*coordinationv1.Lease{}
@@ -294,8 +279,8 @@ func (c *Controller) deleteMemberLeases(ctx context.Context, known map[string]*c
 	for name := range known {
 		stale[name] = !registered[name]
 	}
-	if c.leaseInf.HasSynced() {
-		cached, err := c.memberLeases.List(labels.Everything())
+	if c.caches.leaseInf.HasSynced() {
+		cached, err := c.caches.memberLeases.List(labels.Everything())
 		if err != nil {
 			klog.ErrorS(err, "Listing the cached member Leases failed")
 		}

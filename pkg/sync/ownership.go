@@ -108,7 +108,7 @@ func (c *Controller) Busy(cluster string) bool {
 // Weight is the number of endpoints the hub's slices hold of a member, as
 // cached: its load, when members are assigned to replicas.
 func (c *Controller) Weight(cluster string) int {
-	objs, err := c.sliceInf.GetIndexer().ByIndex(byCluster, cluster)
+	objs, err := c.caches.sliceInf.GetIndexer().ByIndex(byCluster, cluster)
 	if err != nil {
 		return 0
 	}

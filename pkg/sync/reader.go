@@ -40,6 +40,19 @@ type hubReader struct {
 	getImport  func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error)
 }
 
+// newHubReader reads through the hub caches; getService and getImport
+// read past them.
+func newHubReader(caches *hubCaches, written *written, taken *taken,
+	getService func(ctx context.Context, namespace, name string) (*corev1.Service, error),
+	getImport func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error),
+) *hubReader {
+	return &hubReader{
+		services: caches.services, endpoints: caches.endpointInf.GetIndexer(), slices: caches.sliceInf.GetIndexer(),
+		imports: caches.imports, namespaces: caches.namespaces, ranges: caches.ranges, written: written, taken: taken,
+		getService: getService, getImport: getImport,
+	}
+}
+
 // hasNamespace reports whether the hub has a namespace.
 func (r *hubReader) hasNamespace(ns string) bool {
 	_, err := r.namespaces.Get(ns)

@@ -30,7 +30,7 @@ func TestSyncReadsItsOwnWritesBeforeTheCacheSeesThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = ctrl.nsInf.GetStore().Add(shop)
+	_ = ctrl.caches.nsInf.GetStore().Add(shop)
 	m := f.member("c1")
 	_ = m.services.Add(service("shop", "cart"))
 	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}

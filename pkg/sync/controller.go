@@ -7,6 +7,7 @@ import (
 	stdsync "sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -135,6 +136,7 @@ type Controller struct {
 	// state is what the syncs keep of their keys, by member: export
 	// ledgers, refusals, invalid exports, export conflicts.
 	state     *memberStates
+	report    reporter // the per-cluster gauges, read off state
 	startTime time.Time
 
 	// leaseWake asks runMemberLeases to publish members' health now.
@@ -165,6 +167,8 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		opts.LeaseClient = hub
 	}
 	queue := newKeyQueue()
+	state := newMemberStates(opts.MaxMemberServices, opts.MaxMemberEndpoints)
+	written, waits := newWritten(), newWaits(queue)
 	c := &Controller{
 		opts:      opts,
 		members:   members,
@@ -174,14 +178,15 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		recorder:  opts.Recorder,
 		metrics:   opts.Metrics,
 		queue:     queue,
-		written:   newWritten(),
-		waits:     newWaits(queue),
+		written:   written,
+		waits:     waits,
 		leaseWake: make(chan struct{}, 1),
 		stopped:   make(chan struct{}),
 		failures:  newFailureLog(opts.Clock.Now),
 		policy:    newPolicyTimers(opts.Clock),
 
-		state:     newMemberStates(opts.MaxMemberServices, opts.MaxMemberEndpoints),
+		state:     state,
+		report:    reporter{state: state, waits: waits, written: written, sharding: opts.Sharding},
 		startTime: time.Now(),
 	}
 
@@ -217,6 +222,13 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	}
 	return c, nil
 }
+
+// Describe implements prometheus.Collector: the per-cluster gauges
+// (reporter).
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) { c.report.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (c *Controller) Collect(ch chan<- prometheus.Metric) { c.report.Collect(ch) }
 
 // HasStarted reports whether Run got past startup and runs workers.
 func (c *Controller) HasStarted() bool { return c.queue.hasStarted() }

@@ -64,23 +64,3 @@ func (c *Controller) reportExportConflicts(key Key, now *importConflicts, before
 	c.recorder.Event(ref, corev1.EventTypeNormal, ReasonConflictResolved, msg)
 	klog.InfoS("Export conflicts resolved", "key", key.String(), "resolved", resolved, "remaining", len(now.list))
 }
-
-// conflictedImports counts the imports whose exports conflict, by reason
-// (every reason present, zeros included), as this replica reported them;
-// nil when it does not merge, as the conflicts are the merging replica's to
-// report.
-func (c *Controller) conflictedImports() map[endpoints.ConflictReason]int {
-	if sh := c.opts.Sharding; sh != nil {
-		if merging, _ := sh.Merging(); !merging {
-			return nil
-		}
-	}
-	out := make(map[endpoints.ConflictReason]int, len(endpoints.ConflictReasons))
-	for _, r := range endpoints.ConflictReasons {
-		out[r] = 0
-	}
-	for r, n := range c.state.conflictCounts() {
-		out[r] = n
-	}
-	return out
-}

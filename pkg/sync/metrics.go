@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 const (
@@ -156,10 +157,18 @@ var (
 		[]string{"reason"}, nil)
 )
 
-// Describe implements prometheus.Collector for the per-cluster gauges. They
-// are computed at scrape time from what the syncs kept (memberStates), so
-// a member's series go when this replica stops writing it.
-func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
+// reporter is the prometheus.Collector of the per-cluster gauges. They are
+// computed at scrape time from what the syncs kept (memberStates), so a
+// member's series go when this replica stops writing it.
+type reporter struct {
+	state    *memberStates
+	waits    *waits
+	written  *written
+	sharding Sharding
+}
+
+// Describe implements prometheus.Collector.
+func (r reporter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- clusterEndpointsDesc
 	ch <- clusterServicesDesc
 	ch <- waitingKeysDesc
@@ -170,8 +179,8 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *Controller) Collect(ch chan<- prometheus.Metric) {
-	for cluster, t := range c.state.totals() {
+func (r reporter) Collect(ch chan<- prometheus.Metric) {
+	for cluster, t := range r.state.totals() {
 		ch <- prometheus.MustNewConstMetric(clusterEndpointsDesc, prometheus.GaugeValue, float64(t.endpoints), cluster)
 		ch <- prometheus.MustNewConstMetric(clusterServicesDesc, prometheus.GaugeValue, float64(t.services), cluster)
 		ch <- prometheus.MustNewConstMetric(refusedServicesDesc, prometheus.GaugeValue, float64(t.refusedServices), cluster)
@@ -184,11 +193,31 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(refusedEndpointsDesc, prometheus.GaugeValue, float64(t.refused[r]), cluster, r.String())
 		}
 	}
-	for reason, n := range c.conflictedImports() {
+	for reason, n := range r.conflictedImports() {
 		ch <- prometheus.MustNewConstMetric(conflictedImportsDesc, prometheus.GaugeValue, float64(n), string(reason))
 	}
-	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(c.waits.len()))
-	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(c.written.len()))
+	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(r.waits.len()))
+	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(r.written.len()))
+}
+
+// conflictedImports counts the imports whose exports conflict, by reason
+// (every reason present, zeros included), as this replica reported them;
+// nil when it does not merge, as the conflicts are the merging replica's to
+// report.
+func (r reporter) conflictedImports() map[endpoints.ConflictReason]int {
+	if sh := r.sharding; sh != nil {
+		if merging, _ := sh.Merging(); !merging {
+			return nil
+		}
+	}
+	out := make(map[endpoints.ConflictReason]int, len(endpoints.ConflictReasons))
+	for _, r := range endpoints.ConflictReasons {
+		out[r] = 0
+	}
+	for r, n := range r.state.conflictCounts() {
+		out[r] = n
+	}
+	return out
 }
 
 var (

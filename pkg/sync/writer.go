@@ -45,74 +45,47 @@ type ops[T hubObject] struct {
 	get func(ctx context.Context, namespace, name string) (T, error)
 }
 
-func (w *hubWriter) serviceOps() ops[*corev1.Service] {
-	return ops[*corev1.Service]{
-		resource: resourceService,
-		create: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
-			return w.hub.CoreV1().Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
+// typedClient is what ops call of a client-go typed client of one
+// namespace.
+type typedClient[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+}
+
+// opsOf are the ops of resource through in, which gives the typed client
+// of a namespace.
+func opsOf[T hubObject, C typedClient[T]](resource string, in func(namespace string) C) ops[T] {
+	return ops[T]{
+		resource: resource,
+		create: func(ctx context.Context, o T) (T, error) {
+			return in(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
 		},
-		update: func(ctx context.Context, o *corev1.Service) (*corev1.Service, error) {
-			return w.hub.CoreV1().Services(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		update: func(ctx context.Context, o T) (T, error) {
+			return in(o.GetNamespace()).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
 		},
 		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return w.hub.CoreV1().Services(ns).Delete(ctx, name, opts)
+			return in(ns).Delete(ctx, name, opts)
 		},
-		get: func(ctx context.Context, ns, name string) (*corev1.Service, error) {
-			return w.hub.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		get: func(ctx context.Context, ns, name string) (T, error) {
+			return in(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 	}
+}
+
+func (w *hubWriter) serviceOps() ops[*corev1.Service] {
+	return opsOf[*corev1.Service](resourceService, w.hub.CoreV1().Services)
 }
 
 func (w *hubWriter) endpointsOps() ops[*corev1.Endpoints] {
-	return ops[*corev1.Endpoints]{
-		resource: resourceEndpoints,
-		create: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
-			return w.hub.CoreV1().Endpoints(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
-		},
-		update: func(ctx context.Context, o *corev1.Endpoints) (*corev1.Endpoints, error) {
-			return w.hub.CoreV1().Endpoints(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
-		},
-		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return w.hub.CoreV1().Endpoints(ns).Delete(ctx, name, opts)
-		},
-		get: func(ctx context.Context, ns, name string) (*corev1.Endpoints, error) {
-			return w.hub.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
-		},
-	}
+	return opsOf[*corev1.Endpoints](resourceEndpoints, w.hub.CoreV1().Endpoints)
 }
 
 func (w *hubWriter) sliceOps() ops[*discoveryv1.EndpointSlice] {
-	return ops[*discoveryv1.EndpointSlice]{
-		resource: resourceEndpointSlice,
-		create: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
-			return w.hub.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
-		},
-		update: func(ctx context.Context, o *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
-			return w.hub.DiscoveryV1().EndpointSlices(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
-		},
-		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return w.hub.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, opts)
-		},
-		get: func(ctx context.Context, ns, name string) (*discoveryv1.EndpointSlice, error) {
-			return w.hub.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
-		},
-	}
+	return opsOf[*discoveryv1.EndpointSlice](resourceEndpointSlice, w.hub.DiscoveryV1().EndpointSlices)
 }
 
 func (w *hubWriter) importOps() ops[*mcsv1beta1.ServiceImport] {
-	return ops[*mcsv1beta1.ServiceImport]{
-		resource: resourceServiceImport,
-		create: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
-			return w.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Create(ctx, o, metav1.CreateOptions{FieldManager: fieldManager})
-		},
-		update: func(ctx context.Context, o *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
-			return w.hubMCS.MulticlusterV1beta1().ServiceImports(o.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
-		},
-		delete: func(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
-			return w.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, name, opts)
-		},
-		get: func(ctx context.Context, ns, name string) (*mcsv1beta1.ServiceImport, error) {
-			return w.hubMCS.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
-		},
-	}
+	return opsOf[*mcsv1beta1.ServiceImport](resourceServiceImport, w.hubMCS.MulticlusterV1beta1().ServiceImports)
 }

@@ -10,6 +10,23 @@
 // write only what differs. Nothing is periodic: every sync is computed from
 // caches, so running it again writes nothing.
 //
+// # The parts
+//
+// Controller wires the parts below, maps events to keys (handlers.go) and
+// runs the workers; each part owns its state:
+//
+//   - keyQueue (queue.go): the workqueue, the order it hands keys out in
+//     (lanes.go), and the count of keys queued, in flight or retrying.
+//   - hubCaches (hubcaches.go): the hub informers and listers.
+//   - hubReader (reader.go) and hubWriter (writer.go, apply.go): the read
+//     and apply steps of a sync.
+//   - written (written.go): our writes the hub caches have not shown yet.
+//   - waits (waits.go): the keys that wait for a condition; it wakes them
+//     into the keyQueue.
+//   - memberStates (memberstate.go): what the syncs keep of their keys, by
+//     member; reporter (metrics.go) reads the per-member gauges off it.
+//   - policyTimers (policy.go): the unreachable policy's timers.
+//
 // # Who reads what
 //
 // Only a member key reads its member's caches. It records the export on the

@@ -32,12 +32,14 @@ var (
 // lane is a change, or a sweep when bulk.
 func lane(bulk bool) why { return why{bulk: bulk} }
 
-// retry tuning: per-key exponential backoff from 5ms, capped at 5 minutes,
-// and at most 10 retries/s (burst 100) overall. A key is retried until it
-// succeeds: dropping it would leave the hub stale until the next event.
+// retry tuning: per-key exponential backoff from 5ms, capped at 30s, and
+// at most 10 retries/s (burst 100) overall. A key is retried until it
+// succeeds: dropping it would leave the hub stale until the next event. A
+// hub outage fails every key that changes meanwhile, each change a retry
+// more; the cap bounds how long such a key waits once the hub is back.
 const (
 	retryBase     = 5 * time.Millisecond
-	retryMax      = 5 * time.Minute
+	retryMax      = 30 * time.Second
 	conflictRetry = 5 * time.Minute
 	staleRetry    = time.Second
 )

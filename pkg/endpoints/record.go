@@ -101,18 +101,6 @@ func ParseExportRecord(cluster, namespace, name, record string) (Export, error) 
 		ExportedLabels: r.ExportedLabels, ExportedAnnotations: r.ExportedAnnotations}, nil
 }
 
-// SourceRecord returns the export record the hub slices of one source
-// carry, from existing (the hub slices that may be ours for it), and
-// whether any slice is ours for it. The slices of a source agree on their
-// record but for a moment mid-write; the first by name is read then.
-func SourceRecord(namespace, service, cluster string, existing []*SliceDigest) (string, bool) {
-	owned := ownedSlices(existing, namespace, service, cluster)
-	if len(owned) == 0 {
-		return "", false
-	}
-	return owned[0].Annotations[AnnotationExportRecord], true
-}
-
 // placeholderAddressType is the address type of the empty slice of a
 // source without endpoints: IPv6 for a Service whose primary family is.
 func placeholderAddressType(svc *corev1.Service) discoveryv1.AddressType {

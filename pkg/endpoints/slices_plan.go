@@ -190,6 +190,18 @@ func ownedSlices(existing []*SliceDigest, namespace, service, cluster string) []
 	return out
 }
 
+// SourceRecord returns the export record the hub slices of one source
+// carry, from existing (the hub slices that may be ours for it), and
+// whether any slice is ours for it. The slices of a source agree on their
+// record but for a moment mid-write; the first by name is read then.
+func SourceRecord(namespace, service, cluster string, existing []*SliceDigest) (string, bool) {
+	owned := ownedSlices(existing, namespace, service, cluster)
+	if len(owned) == 0 {
+		return "", false
+	}
+	return owned[0].Annotations[AnnotationExportRecord], true
+}
+
 // keepDesired returns the endpoints of es still desired in g, in their
 // desired (member) version, and removes them from g. dirty reports whether
 // any was dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back

@@ -70,8 +70,8 @@ func DerivedServiceUpToDate(desired, live *corev1.Service) bool {
 	d, l := &desired.Spec, &live.Spec
 	return ownedEqual(desired.Labels, live.Labels, derivedLabelKeys) &&
 		baseSpecUpToDate(desired, live) &&
-		(len(d.IPFamilies) == 0 || slices.Equal(d.IPFamilies, l.IPFamilies) && ptr.Equal(d.IPFamilyPolicy, l.IPFamilyPolicy)) &&
 		internalTrafficPolicy(d.InternalTrafficPolicy) == internalTrafficPolicy(l.InternalTrafficPolicy) &&
+		(len(d.IPFamilies) == 0 || slices.Equal(d.IPFamilies, l.IPFamilies) && ptr.Equal(d.IPFamilyPolicy, l.IPFamilyPolicy)) &&
 		ptr.Equal(d.TrafficDistribution, l.TrafficDistribution)
 }
 
@@ -80,7 +80,6 @@ func DerivedServiceUpToDate(desired, live *corev1.Service) bool {
 // and primary IP family are immutable: check ServiceNeedsRecreate first.
 func MergeDerivedService(desired, live *corev1.Service) *corev1.Service {
 	out := live.DeepCopy()
-	out.Labels = mergeOwned(desired.Labels, live.Labels, derivedLabelKeys)
 	applyBaseSpec(desired, out)
 	if len(desired.Spec.IPFamilies) > 0 {
 		out.Spec.IPFamilies = slices.Clone(desired.Spec.IPFamilies)
@@ -88,5 +87,6 @@ func MergeDerivedService(desired, live *corev1.Service) *corev1.Service {
 	}
 	out.Spec.InternalTrafficPolicy = clonePtr(desired.Spec.InternalTrafficPolicy)
 	out.Spec.TrafficDistribution = clonePtr(desired.Spec.TrafficDistribution)
+	out.Labels = mergeOwned(desired.Labels, live.Labels, derivedLabelKeys)
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-multierror"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -192,18 +191,6 @@ func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) er
 		return none, o.delete(ctx, live.GetNamespace(), live.GetName(), opts)
 	})
 	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-// createNamespace creates a hub namespace; one that exists is success.
-func (w *hubWriter) createNamespace(ctx context.Context, name string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	w.calling()
-	_, err := w.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
-	w.countWrite(resourceNamespace, verbCreate, err)
-	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
 	return err

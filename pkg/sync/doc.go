@@ -88,7 +88,7 @@
 //   - plan: pure functions of package endpoints (PlanMember, PlanImport).
 //   - apply: the plan's writes (apply.go, which counts each write and
 //     hands it to the write tracker, written.write); a hub namespace is
-//     created here, after the read. The read step is a hubReader (listers, and getters past the
+//     created here too (writer.go), after the read. The read step is a hubReader (listers, and getters past the
 //     cache for names found taken; no client that writes), the apply step
 //     a hubWriter (clients, no listers); TestReaderCannotWriteAndWriterHasNoListers
 //     holds their types to it.

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -33,6 +34,18 @@ func (w *hubWriter) calling() {
 	if w.beforeCall != nil {
 		w.beforeCall()
 	}
+}
+
+// createNamespace creates a hub namespace; one that exists is success.
+func (w *hubWriter) createNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	w.calling()
+	_, err := w.hub.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager})
+	w.countWrite(resourceNamespace, verbCreate, err)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // ops are the typed client calls for one hub resource.

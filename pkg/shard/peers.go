@@ -159,7 +159,7 @@ func (p *peers) nextDeath() (time.Time, bool) {
 func (p *peers) seenAlive(id string) bool {
 	p.mu.Lock()
 	r := p.seen[id]
-	seen := r != nil && !r.gone && r.renew != absentRenew
+	seen := r != nil && !r.gone
 	p.mu.Unlock()
 	return seen && p.alive(id)
 }

@@ -317,10 +317,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	for _, k := range drained {
 		c.waits.wake(waitSourcesSwept(k), true)
 	}
-	c.queue.begin(key)
 	// What the key waited for is asked again by its sync.
 	c.waits.drop(key)
-	defer c.queue.end(key)
 
 	start := time.Now()
 	err := c.sync(ctx, key)

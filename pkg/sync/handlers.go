@@ -292,7 +292,7 @@ func (c *Controller) importHandler(h cache.ResourceEventHandlerDetailedFuncs) ca
 // event of the ServiceImport of key.
 func (c *Controller) queueImportReaders(key Key, before, after *mcsv1beta1.ServiceImport) {
 	for _, k := range c.importReaders(key, before, after) {
-		c.queue.add(k, c.queue.foundBy(key, k))
+		c.queue.addFound(key, k)
 	}
 }
 

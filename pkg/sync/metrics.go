@@ -211,11 +211,11 @@ func (r reporter) conflictedImports() map[endpoints.ConflictReason]int {
 		}
 	}
 	out := make(map[endpoints.ConflictReason]int, len(endpoints.ConflictReasons))
-	for _, r := range endpoints.ConflictReasons {
-		out[r] = 0
+	for _, reason := range endpoints.ConflictReasons {
+		out[reason] = 0
 	}
-	for r, n := range r.state.conflictCounts() {
-		out[r] = n
+	for reason, n := range r.state.conflictCounts() {
+		out[reason] = n
 	}
 	return out
 }

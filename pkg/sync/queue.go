@@ -62,7 +62,6 @@ type keyQueue struct {
 	// retrying holds the keys waiting out a backoff after an error; the
 	// workqueue does not count them in Len.
 	retrying map[Key]struct{}
-	inFlight int
 	// busy counts the syncs in flight by member ("": clusterset keys).
 	busy map[string]int
 	// coalescing holds the clusterset keys added after mergeCoalesce and
@@ -141,41 +140,34 @@ func (q *keyQueue) add(key Key, w why) {
 	q.wq.Add(key)
 }
 
-// get hands out the next key, and the clusterset keys whose sources left
-// the bulk lane since; quit once the queue is shut down. The caller calls
-// begin, then end and done when the key's sync is over.
+// get hands out the next key, counted in flight until done, and the
+// clusterset keys whose sources left the bulk lane since; quit once the
+// queue is shut down.
 func (q *keyQueue) get() (key Key, drained []Key, quit bool) {
 	key, quit = q.wq.Get()
 	if quit {
 		return key, nil, true
 	}
-	return key, q.lanes.takeDrained(), false
-}
-
-// begin counts key's sync in flight.
-func (q *keyQueue) begin(key Key) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.inFlight++
 	q.busy[key.Cluster]++
 	delete(q.coalescing, key)
-}
-
-// end counts key's sync out again.
-func (q *keyQueue) end(key Key) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.inFlight--
-	if q.busy[key.Cluster]--; q.busy[key.Cluster] == 0 {
-		delete(q.busy, key.Cluster)
-	}
+	q.mu.Unlock()
+	return key, q.lanes.takeDrained(), false
 }
 
 // finish takes key, synced, out of its lane's accounts.
 func (q *keyQueue) finish(key Key) { q.lanes.finish(key) }
 
-// done tells the workqueue the key handed out is processed.
-func (q *keyQueue) done(key Key) { q.wq.Done(key) }
+// done counts key's sync out of flight and tells the workqueue it is
+// processed.
+func (q *keyQueue) done(key Key) {
+	q.mu.Lock()
+	if q.busy[key.Cluster]--; q.busy[key.Cluster] == 0 {
+		delete(q.busy, key.Cluster)
+	}
+	q.mu.Unlock()
+	q.wq.Done(key)
+}
 
 // succeeded forgets key's backoff.
 func (q *keyQueue) succeeded(key Key) {
@@ -223,7 +215,11 @@ func (q *keyQueue) len() int { return q.wq.Len() }
 func (q *keyQueue) pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.wq.Len() + len(q.retrying) + q.inFlight + len(q.coalescing)
+	inFlight := 0
+	for _, n := range q.busy {
+		inFlight += n
+	}
+	return q.wq.Len() + len(q.retrying) + inFlight + len(q.coalescing)
 }
 
 // busyMembers returns the members with syncs in flight ("": clusterset

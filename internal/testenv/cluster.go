@@ -72,15 +72,16 @@ type NodeOptions struct {
 	Family Family
 }
 
-// auditPolicy records every write once, when it completed: Leases with their
-// request body (who holds them), the rest by metadata.
+// auditPolicy records every write once, when it completed: Leases and
+// EndpointSlices with their request body (who holds them, which endpoints
+// they carry), the rest by metadata.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Request
   verbs: ["create", "update", "patch", "delete"]
-  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}, {group: "discovery.k8s.io", resources: ["endpointslices"]}]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -38,8 +39,8 @@ import (
 // ServiceExports and then serves none while they remain (every version
 // set served: false) fails its lists instead of listing nothing: its
 // last-known exports stay, as for any failed read, until a version is
-// served again and listed. Deleting the CRD deletes the objects, and the
-// watch says so: those are withdrawn.
+// served again and listed. Deleting the CRD deletes the objects too, but
+// that is no unexport: those exports are held (exporthold.go).
 
 // ExportVersion is the version in which a member serves ServiceExports.
 type ExportVersion string
@@ -65,7 +66,8 @@ type Discovery interface {
 }
 
 // ServedExportVersion returns the newest ServiceExport version d's cluster
-// serves, or ExportNotServed.
+// serves, or ExportNotServed. A CRD being deleted serves none: its API
+// server no longer offers to create its objects.
 func ServedExportVersion(ctx context.Context, d Discovery) (ExportVersion, error) {
 	for _, v := range exportVersions {
 		list, err := d.ServerResourcesForGroupVersionWithContext(ctx, mcsv1beta1.GroupName+"/"+string(v))
@@ -75,11 +77,18 @@ func ServedExportVersion(ctx context.Context, d Discovery) (ExportVersion, error
 		if err != nil {
 			return "", fmt.Errorf("discovering the served ServiceExport version: %w", err)
 		}
-		if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "serviceexports" }) {
+		i := slices.IndexFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "serviceexports" })
+		if i >= 0 && !terminating(list.APIResources[i]) {
 			return v, nil
 		}
 	}
 	return ExportNotServed, nil
+}
+
+// terminating tells a resource whose CRD is being deleted: discovery
+// lists it without create (a fake's discovery may list no verbs at all).
+func terminating(r metav1.APIResource) bool {
+	return len(r.Verbs) > 0 && !slices.Contains(r.Verbs, "create")
 }
 
 // exportSource lists and watches a member's ServiceExports in the version
@@ -92,12 +101,20 @@ type exportSource struct {
 	// every is how often disco is read while watching.
 	every time.Duration
 
+	// store is the informer's cache, and before its predecessor's until
+	// the first list: what is held when the CRD goes.
+	store, before cache.Store
+
 	mu sync.Mutex
 	// listed is the version of the last successful list, or the one its
 	// predecessor listed (inherit); "" before either.
 	listed ExportVersion
+	// held are the exports kept since the member's CRD went, nil when none.
+	held *heldExports
 }
 
+// served is the version the member serves, ExportNotServed while its CRD
+// is being deleted.
 func (s *exportSource) served(ctx context.Context) (ExportVersion, error) {
 	if s.disco == nil {
 		return ExportV1beta1, nil
@@ -112,11 +129,13 @@ var errExportsGone = errors.New("the member no longer serves ServiceExport")
 // inherit carries what old listed into s, the source of a fresh informer
 // set: a member that served ServiceExports before it does not list none.
 func (s *exportSource) inherit(old *exportSource) {
-	v := old.version()
+	old.mu.Lock()
+	v, held := old.listed, old.held.clone()
+	old.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.listed == "" {
-		s.listed = v
+		s.listed, s.held, s.before = v, held, old.store
 	}
 }
 
@@ -132,31 +151,46 @@ func (s *exportSource) list(ctx context.Context, o metav1.ListOptions) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	var out *mcsv1beta1.ServiceExportList
-	switch v {
-	case ExportV1beta1:
-		out, err = s.mcs.MulticlusterV1beta1().ServiceExports(metav1.NamespaceAll).List(ctx, o)
-	case ExportV1alpha1:
-		var l *mcsv1alpha1.ServiceExportList
-		if l, err = s.mcs.MulticlusterV1alpha1().ServiceExports(metav1.NamespaceAll).List(ctx, o); err == nil {
-			out = &mcsv1beta1.ServiceExportList{ListMeta: l.ListMeta, Items: make([]mcsv1beta1.ServiceExport, len(l.Items))}
-			for i := range l.Items {
-				out.Items[i] = *ServiceExportV1beta1(&l.Items[i])
-			}
+	out, err := s.listIn(ctx, v, o)
+	// A CRD just changed answers 404 for a version its discovery may still
+	// list for a moment: discovery is read again before it counts.
+	for try := 0; apierrors.IsNotFound(err) && s.disco != nil && try < 3; try++ {
+		time.Sleep(100 * time.Millisecond)
+		if v, err = s.served(ctx); err == nil {
+			out, err = s.listIn(ctx, v, o)
 		}
-	default:
-		if was := s.version(); was == ExportV1beta1 || was == ExportV1alpha1 {
-			return nil, fmt.Errorf("%w (it served %s); its last-known ServiceExports are kept until a version is served again", errExportsGone, was)
-		}
-		out = &mcsv1beta1.ServiceExportList{} // a complete list of nothing
 	}
 	if err != nil {
 		return nil, err
 	}
+	out = s.withHeld(ctx, out)
 	s.mu.Lock()
-	s.listed = v
+	s.listed, s.before = v, nil
 	s.mu.Unlock()
 	return out, nil
+}
+
+// listIn lists the ServiceExports in version v.
+func (s *exportSource) listIn(ctx context.Context, v ExportVersion, o metav1.ListOptions) (*mcsv1beta1.ServiceExportList, error) {
+	switch v {
+	case ExportV1beta1:
+		return s.mcs.MulticlusterV1beta1().ServiceExports(metav1.NamespaceAll).List(ctx, o)
+	case ExportV1alpha1:
+		l, err := s.mcs.MulticlusterV1alpha1().ServiceExports(metav1.NamespaceAll).List(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		out := &mcsv1beta1.ServiceExportList{ListMeta: l.ListMeta, Items: make([]mcsv1beta1.ServiceExport, len(l.Items))}
+		for i := range l.Items {
+			out.Items[i] = *ServiceExportV1beta1(&l.Items[i])
+		}
+		return out, nil
+	}
+	if was := s.version(); was == ExportV1beta1 || was == ExportV1alpha1 {
+		s.hold(ctx)
+		return nil, fmt.Errorf("%w (it served %s); its last-known ServiceExports are kept until a version is served again", errExportsGone, was)
+	}
+	return &mcsv1beta1.ServiceExportList{}, nil // a complete list of nothing
 }
 
 // watch watches in the version of the last list, until the member serves
@@ -164,7 +198,7 @@ func (s *exportSource) list(ctx context.Context, o metav1.ListOptions) (runtime.
 func (s *exportSource) watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	listed := s.version()
 	if v, err := s.served(ctx); err == nil && v != listed {
-		return versionChanged(listed, v), nil
+		return goneWatch(fmt.Sprintf("the member's served ServiceExport version changed from %s to %s", listed, v)), nil
 	}
 	var w watch.Interface
 	var err error
@@ -181,6 +215,10 @@ func (s *exportSource) watch(ctx context.Context, o metav1.ListOptions) (watch.I
 			})
 		}
 	}
+	if apierrors.IsNotFound(err) && s.disco != nil {
+		// The CRD changed since the list: the next one reads discovery.
+		return goneWatch(fmt.Sprintf("ServiceExports are no longer served as %s", listed)), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +228,9 @@ func (s *exportSource) watch(ctx context.Context, o metav1.ListOptions) (watch.I
 	return s.follow(ctx, w, listed), nil
 }
 
-// follow passes on w's events (none when w is nil: nothing is served)
-// and ends once the member serves another version than listed.
+// follow passes on w's events (none when w is nil: nothing is served),
+// but the deletions of a CRD being deleted (see pass), and ends once the
+// member serves another version than listed, or held exports are let go.
 func (s *exportSource) follow(ctx context.Context, w watch.Interface, listed ExportVersion) watch.Interface {
 	out := make(chan watch.Event)
 	stop := make(chan struct{})
@@ -206,6 +245,14 @@ func (s *exportSource) follow(ctx context.Context, w watch.Interface, listed Exp
 		}
 		tick := time.NewTicker(s.every)
 		defer tick.Stop()
+		send := func(e watch.Event) bool {
+			select {
+			case out <- e:
+				return true
+			case <-stop:
+				return false
+			}
+		}
 		for {
 			select {
 			case <-stop:
@@ -216,17 +263,25 @@ func (s *exportSource) follow(ctx context.Context, w watch.Interface, listed Exp
 				if !ok {
 					return
 				}
-				select {
-				case out <- e:
-				case <-stop:
+				events, open := []watch.Event{e}, true
+				if e.Type == watch.Deleted {
+					events, open = s.gather(ctx, events, in)
+				}
+				for _, e := range s.pass(ctx, events) {
+					if !send(e) {
+						return
+					}
+				}
+				if !open {
 					return
 				}
 			case <-tick.C:
 				if v, err := s.served(ctx); err == nil && v != listed {
-					select {
-					case out <- goneEvent(listed, v):
-					case <-stop:
-					}
+					send(goneEvent(fmt.Sprintf("the member's served ServiceExport version changed from %s to %s", listed, v)))
+					return
+				}
+				if s.holdEnded() {
+					send(goneEvent("the exports held across the member's ServiceExport CRD deletion are let go"))
 					return
 				}
 			}
@@ -235,16 +290,17 @@ func (s *exportSource) follow(ctx context.Context, w watch.Interface, listed Exp
 	return &chanWatch{ch: out, stop: stop}
 }
 
-// versionChanged is a watch that says only that the version changed.
-func versionChanged(from, to ExportVersion) watch.Interface {
+// goneWatch is a watch that ends at once with 410 Gone, saying why.
+func goneWatch(why string) watch.Interface {
 	ch := make(chan watch.Event, 1)
-	ch <- goneEvent(from, to)
+	ch <- goneEvent(why)
 	close(ch)
 	return &chanWatch{ch: ch, stop: make(chan struct{})}
 }
 
-func goneEvent(from, to ExportVersion) watch.Event {
-	st := apierrors.NewResourceExpired(fmt.Sprintf("the member's served ServiceExport version changed from %s to %s", from, to)).Status()
+// goneEvent ends a watch with 410 Gone, for the reflector to list again.
+func goneEvent(why string) watch.Event {
+	st := apierrors.NewResourceExpired(why).Status()
 	return watch.Event{Type: watch.Error, Object: &st}
 }
 
@@ -261,6 +317,9 @@ func (w *chanWatch) Stop()                          { w.once.Do(func() { close(w
 // patchStatus applies a merge patch to the status of ServiceExport
 // namespace/name in the version last listed.
 func (s *exportSource) patchStatus(ctx context.Context, namespace, name string, patch []byte) error {
+	if s.isHeld(namespace, name) {
+		return nil // no object on the member to write to
+	}
 	opts := metav1.PatchOptions{FieldManager: "endpoint-aggregator"}
 	var err error
 	switch v := s.version(); v {

@@ -27,12 +27,21 @@ import (
 type servedVersions struct {
 	mu       sync.Mutex
 	versions []string
+	// terminating: the CRD is being deleted, its resource listed without
+	// create, as the API server then lists it.
+	terminating bool
+}
+
+func (d *servedVersions) setTerminating() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.terminating = true
 }
 
 func (d *servedVersions) set(v ...string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.versions = v
+	d.versions, d.terminating = v, false
 }
 
 func (d *servedVersions) ServerResourcesForGroupVersionWithContext(_ context.Context, gv string) (*metav1.APIResourceList, error) {
@@ -40,8 +49,11 @@ func (d *servedVersions) ServerResourcesForGroupVersionWithContext(_ context.Con
 	defer d.mu.Unlock()
 	for _, v := range d.versions {
 		if gv == mcsv1beta1.GroupName+"/"+v {
-			return &metav1.APIResourceList{GroupVersion: gv,
-				APIResources: []metav1.APIResource{{Name: "serviceexports", Namespaced: true, Kind: "ServiceExport"}}}, nil
+			r := metav1.APIResource{Name: "serviceexports", Namespaced: true, Kind: "ServiceExport"}
+			if d.terminating {
+				r.Verbs = metav1.Verbs{"delete", "deletecollection", "get", "list", "watch"}
+			}
+			return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{r}}, nil
 		}
 	}
 	return nil, apierrors.NewNotFound(schema.GroupResource{}, "")
@@ -179,11 +191,10 @@ func TestMemberExportInformerFollowsTheServedVersion(t *testing.T) {
 // TestMemberThatStopsServingServiceExportsKeepsItsExports: a member whose
 // CRD goes away (replaced, or removed) keeps its last-known exports, its
 // lists failing meanwhile; they are withdrawn only by a complete list of
-// the version served next.
+// the version served next, once their hold (exporthold.go) has ended.
 func TestMemberThatStopsServingServiceExportsKeepsItsExports(t *testing.T) {
-	old := exportRediscover
-	exportRediscover = 20 * time.Millisecond
-	defer func() { exportRediscover = old }()
+	fastExportHold(t)
+	exportHold = time.Second
 
 	mcs := mcsfake.NewSimpleClientset(&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}})
 	d := &servedVersions{}
@@ -210,9 +221,15 @@ func TestMemberThatStopsServingServiceExportsKeepsItsExports(t *testing.T) {
 	}
 
 	// The v1alpha1 copy of the fake holds no export: a complete list of
-	// the version now served says it is gone.
+	// the version now served says it is gone, when the hold ends.
 	d.set("v1alpha1")
-	waitUntil(t, func() bool { return c.ExportVersion() == ExportV1alpha1 && c.ServiceExport("shop", "web") == nil })
+	waitUntil(t, func() bool {
+		return c.ExportVersion() == ExportV1alpha1 && !c.informers.Load().exportSrc.heldUntil().IsZero()
+	})
+	if c.ServiceExport("shop", "web") == nil {
+		t.Fatal("the held export was withdrawn before its hold ended")
+	}
+	waitUntil(t, func() bool { return c.ServiceExport("shop", "web") == nil })
 }
 
 // TestAFailedListDuringAVersionChangeKeepsTheExports: while a member's CRD

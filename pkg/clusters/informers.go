@@ -96,6 +96,7 @@ func newInformerSet(parent context.Context, cluster string, clients Clients, han
 		exports := s.informer(&logger, "ServiceExports", nil, &mcsv1beta1.ServiceExport{}, handlers.ServiceExports,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, s.exportSrc.list, s.exportSrc.watch)
 		s.exports, s.exportLister = exports.ctl, mcslisters.NewServiceExportLister(exports.index)
+		s.exportSrc.store = exports.index
 	}
 	return s, nil
 }

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiextensionsv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcscrd "sigs.k8s.io/mcs-api/config/crd"
@@ -320,6 +323,75 @@ func TestMembersServingOlderOrNoServiceExports(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("a member's CRD deleted and re-created with its exports withdraws nothing", func(t *testing.T) {
+		d.waitSettled(t)
+		ctx := context.Background()
+		crds := apiextensionsclient.NewForConfigOrDie(e.west.Config).ApiextensionsV1().CustomResourceDefinitions()
+		crd, err := crds.Get(ctx, "serviceexports.multicluster.x-k8s.io", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exports, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil || len(exports.Items) != 2 {
+			t.Fatalf("west's exports before: %v, %v; want web and api", exports, err)
+		}
+		before, kept := e.ourObjects(t), readyAddresses(t, e, "west")
+		if len(kept) == 0 {
+			t.Fatal("west has no slice in the hub: the oracle would check nothing")
+		}
+		from := time.Now()
+		// As an MCS implementation's reinstall does: the CRD goes, with
+		// every ServiceExport, then comes back and the exports are applied
+		// again.
+		if err := crds.Delete(ctx, crd.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, waitTimeout, func() error {
+			if _, err := crds.Get(ctx, crd.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("CRD still there: %v", err)
+			}
+			return nil
+		})
+		time.Sleep(2 * time.Second) // what the watch told of the deletions has reached the hub
+		if st := e.hubState(t, "web"); st.ready["west"] != 3 {
+			t.Errorf("west's endpoints in the hub while its CRD is gone: %v, want 3", st.ready)
+		}
+		if _, err := crds.Create(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd.Name}, Spec: crd.Spec}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, se := range exports.Items {
+			eventually(t, waitTimeout, func() error {
+				_, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Create(ctx,
+					&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: se.Namespace, Name: se.Name}, Spec: se.Spec}, metav1.CreateOptions{})
+				return err
+			})
+		}
+		// The daemon has read them again when it writes their conditions.
+		eventually(t, waitTimeout, func() error {
+			for _, name := range []string{"web", "api"} {
+				se, err := west.mcs.MulticlusterV1alpha1().ServiceExports(appNamespace).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if c := meta.FindStatusCondition(se.Status.Conditions, "Ready"); c == nil || c.Status != metav1.ConditionTrue {
+					return fmt.Errorf("re-created %s: Ready = %+v, want True", name, c)
+				}
+			}
+			return nil
+		})
+		d.waitSettled(t)
+		checkNoEndpointDropped(t, e.hub.AuditLogPath, from, time.Now(), kept)
+		after := e.ourObjects(t)
+		for k, o := range before {
+			if a, ok := after[k]; !ok || (a.resourceVersion != o.resourceVersion && !strings.HasPrefix(k, "EndpointSlice/")) {
+				t.Errorf("hub %s (of %q) was rewritten or withdrawn while west's CRD was deleted and re-created: rv %s → %+v", k, o.cluster, o.resourceVersion, a)
+			}
+		}
+		if got := readyAddresses(t, e, "west"); !maps.EqualFunc(got, kept, slices.Equal) {
+			t.Errorf("west's ready endpoints in the hub: %v after, %v before", got, kept)
+		}
+	})
 }
 
 // TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only: a hub whose
@@ -352,6 +424,61 @@ func TestDaemonRefusesAHubServingServiceImportsAsV1alpha1Only(t *testing.T) {
 // unread log proves nothing.
 func checkNoRoutingWrites(t *testing.T, path string, from, to time.Time) {
 	t.Helper()
+	checkRoutingWrites(t, path, from, to, func(auditEvent) error { return errors.New("no write may happen") })
+}
+
+// checkNoEndpointDropped is checkNoRoutingWrites, but for updates of the
+// EndpointSlices in kept (by name, each with the addresses it holds ready)
+// that keep every such address ready: an export re-created is newer, so
+// the export record its slices carry changes, and nothing else may.
+func checkNoEndpointDropped(t *testing.T, path string, from, to time.Time, kept map[string][]string) {
+	t.Helper()
+	checkRoutingWrites(t, path, from, to, func(ev auditEvent) error {
+		had, ok := kept[ev.ObjectRef.Name]
+		if ev.ObjectRef.Resource != "endpointslices" || ev.Verb != "update" || !ok || ev.RequestObject == nil {
+			return errors.New("only an update of a slice that keeps its endpoints may happen")
+		}
+		var ready []string
+		for _, ep := range ev.RequestObject.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				ready = append(ready, ep.Addresses...)
+			}
+		}
+		for _, a := range had {
+			if !slices.Contains(ready, a) {
+				return fmt.Errorf("it drops ready endpoint %s (ready now: %v)", a, ready)
+			}
+		}
+		return nil
+	})
+}
+
+// readyAddresses are the ready addresses of cluster's hub EndpointSlices
+// in the app namespace, by slice name.
+func readyAddresses(t *testing.T, e *env, cluster string) map[string][]string {
+	t.Helper()
+	list, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "multicluster.kubernetes.io/source-cluster=" + cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, es := range list.Items {
+		out[es.Name] = []string{}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				out[es.Name] = append(out[es.Name], ep.Addresses...)
+			}
+		}
+	}
+	return out
+}
+
+// checkRoutingWrites fails the test for each write to the app namespace's
+// routing objects received between from and to that allowed refuses, and
+// when the log shows no such write before from.
+func checkRoutingWrites(t *testing.T, path string, from, to time.Time, allowed func(auditEvent) error) {
+	t.Helper()
 	routing := []string{"services", "endpoints", "endpointslices", "serviceimports"}
 	earlier := 0
 	for _, ev := range auditWrites(t, path) {
@@ -362,8 +489,10 @@ func checkNoRoutingWrites(t *testing.T, path string, from, to time.Time) {
 		case at.Before(from):
 			earlier++
 		case !at.After(to):
-			t.Errorf("hub audit log: %s %s/%s by %s at %s, while west's CRD changed and its exports stayed",
-				ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.User.Username, at.Format(time.RFC3339Nano))
+			if err := allowed(ev); err != nil {
+				t.Errorf("hub audit log: %s %s/%s by %s at %s, while west's CRD changed and its exports stayed: %v",
+					ev.Verb, ev.ObjectRef.Resource, ev.ObjectRef.Name, ev.User.Username, at.Format(time.RFC3339Nano), err)
+			}
 		}
 	}
 	if earlier == 0 {

@@ -184,13 +184,24 @@ type auditEvent struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 	} `json:"responseStatus"`
+	// RequestObject is a Lease's or an EndpointSlice's, with the fields
+	// the oracles read.
 	RequestObject *struct {
 		Spec struct {
 			HolderIdentity *string `json:"holderIdentity"`
 		} `json:"spec"`
+		Endpoints []auditEndpoint `json:"endpoints"`
 	} `json:"requestObject"`
 	Received metav1.MicroTime `json:"requestReceivedTimestamp"`
 	Done     metav1.MicroTime `json:"stageTimestamp"`
+}
+
+// auditEndpoint is what the oracles read of an EndpointSlice's endpoint.
+type auditEndpoint struct {
+	Addresses  []string `json:"addresses"`
+	Conditions struct {
+		Ready *bool `json:"ready"`
+	} `json:"conditions"`
 }
 
 // auditWrites reads the writes to named objects that succeeded from the

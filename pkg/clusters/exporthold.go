@@ -111,7 +111,8 @@ func (s *exportSource) isHeld(namespace, name string) bool {
 
 // withHeld adds to a complete list of the served version the held exports
 // it lacks, until exportHold after the first such list; after that, or
-// once none is left, the hold ends.
+// once none is left, the hold ends. out may be one page of the list: an
+// export it holds is no longer held, and the last page carries the rest.
 func (s *exportSource) withHeld(ctx context.Context, out *mcsv1beta1.ServiceExportList) *mcsv1beta1.ServiceExportList {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -121,6 +122,9 @@ func (s *exportSource) withHeld(ctx context.Context, out *mcsv1beta1.ServiceExpo
 	}
 	for i := range out.Items {
 		delete(h.exports, types.NamespacedName{Namespace: out.Items[i].Namespace, Name: out.Items[i].Name})
+	}
+	if out.Continue != "" {
+		return out
 	}
 	logger, now := klog.FromContext(ctx), time.Now()
 	if h.until.IsZero() {

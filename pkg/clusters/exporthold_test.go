@@ -2,11 +2,13 @@ package clusters
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 )
@@ -118,4 +120,34 @@ func (s *exportSource) endHold() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held.until = time.Now()
+}
+
+// TestHeldExportsJoinThePagedListOnce: the held exports a list lacks are
+// added once, to its last page; one on any page is no longer held.
+func TestHeldExportsJoinThePagedListOnce(t *testing.T) {
+	held := map[types.NamespacedName]*mcsv1beta1.ServiceExport{}
+	for _, name := range []string{"web", "api", "db"} {
+		held[types.NamespacedName{Namespace: "shop", Name: name}] = v1beta1Export("shop", name, map[string]string{"held": "yes"})
+	}
+	s := &exportSource{held: &heldExports{exports: held}}
+	names := func(l *mcsv1beta1.ServiceExportList) (out []string) {
+		for _, se := range l.Items {
+			out = append(out, se.Name+"/"+se.Labels["held"])
+		}
+		return out
+	}
+	first := s.withHeld(context.Background(), &mcsv1beta1.ServiceExportList{ListMeta: metav1.ListMeta{Continue: "next"},
+		Items: []mcsv1beta1.ServiceExport{*v1beta1Export("shop", "web", nil)}})
+	last := s.withHeld(context.Background(), &mcsv1beta1.ServiceExportList{
+		Items: []mcsv1beta1.ServiceExport{*v1beta1Export("shop", "db", nil)}})
+	if got := names(first); !slices.Equal(got, []string{"web/"}) {
+		t.Errorf("first page: %v, want the member's web alone", got)
+	}
+	if got := names(last); !slices.Equal(got, []string{"db/", "api/yes"}) {
+		t.Errorf("last page: %v, want the member's db, then the held api", got)
+	}
+	if s.isHeld("shop", "web") || s.isHeld("shop", "db") || !s.isHeld("shop", "api") || s.heldUntil().IsZero() {
+		t.Errorf("held after the list: web %v, db %v, api %v, until %v; want api alone, with an end",
+			s.isHeld("shop", "web"), s.isHeld("shop", "db"), s.isHeld("shop", "api"), s.heldUntil())
+	}
 }

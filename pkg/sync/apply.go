@@ -14,8 +14,8 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
-// The apply step does a plan's writes, in a fixed order, through create,
-// update and remove (below), which count each write, track it for
+// The apply step does a plan's writes, in a fixed order, through createObject,
+// updateObject and deleteObject (below), which count each write, track it for
 // read-your-writes and echo detection (written.write), and turn a name held
 // by someone else into a conflict.
 
@@ -32,15 +32,15 @@ func (w *hubWriter) applyMember(ctx context.Context, key Key, plan endpoints.Mem
 	}
 	ops := w.sliceOps()
 	for _, s := range plan.Slices.Create {
-		_, err := create(ctx, w, ops, key, s)
+		_, err := createObject(ctx, w, ops, key, s)
 		errs = multierror.Append(errs, err)
 	}
 	for _, s := range plan.Slices.Update {
-		_, err := update(ctx, w, ops, s)
+		_, err := updateObject(ctx, w, ops, s)
 		errs = multierror.Append(errs, err)
 	}
 	for _, s := range plan.Slices.Delete {
-		errs = multierror.Append(errs, remove(ctx, w, ops, s))
+		errs = multierror.Append(errs, deleteObject(ctx, w, ops, s))
 	}
 	errs = multierror.Append(errs, w.applyPerCluster(ctx, key, plan))
 	return errs.ErrorOrNil()
@@ -49,7 +49,7 @@ func (w *hubWriter) applyMember(ctx context.Context, key Key, plan endpoints.Mem
 func (w *hubWriter) applyPerCluster(ctx context.Context, key Key, plan endpoints.MemberPlan) error {
 	epsOps := w.endpointsOps()
 	if e := plan.Endpoints.Delete; e != nil {
-		if err := remove(ctx, w, epsOps, e); err != nil {
+		if err := deleteObject(ctx, w, epsOps, e); err != nil {
 			return err
 		}
 	}
@@ -59,9 +59,9 @@ func (w *hubWriter) applyPerCluster(ctx context.Context, key Key, plan endpoints
 	var err error
 	switch {
 	case plan.Endpoints.Create != nil:
-		_, err = create(ctx, w, epsOps, key, plan.Endpoints.Create)
+		_, err = createObject(ctx, w, epsOps, key, plan.Endpoints.Create)
 	case plan.Endpoints.Update != nil:
-		_, err = update(ctx, w, epsOps, plan.Endpoints.Update)
+		_, err = updateObject(ctx, w, epsOps, plan.Endpoints.Update)
 	}
 	return err
 }
@@ -70,16 +70,16 @@ func (w *hubWriter) applyPerCluster(ctx context.Context, key Key, plan endpoints
 func (w *hubWriter) applyService(ctx context.Context, key Key, ch endpoints.ServiceChange) error {
 	svcOps := w.serviceOps()
 	if ch.Delete != nil {
-		if err := remove(ctx, w, svcOps, ch.Delete); err != nil {
+		if err := deleteObject(ctx, w, svcOps, ch.Delete); err != nil {
 			return err
 		}
 	}
 	var err error
 	switch {
 	case ch.Create != nil:
-		_, err = create(ctx, w, svcOps, key, ch.Create)
+		_, err = createObject(ctx, w, svcOps, key, ch.Create)
 	case ch.Update != nil:
-		_, err = update(ctx, w, svcOps, ch.Update)
+		_, err = updateObject(ctx, w, svcOps, ch.Update)
 	}
 	return err
 }
@@ -90,7 +90,7 @@ func (w *hubWriter) applyService(ctx context.Context, key Key, ch endpoints.Serv
 func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.ImportPlan) error {
 	impOps := w.importOps()
 	if p := plan.CreateImport; p != nil {
-		if _, err := create(ctx, w, impOps, key, p); err != nil {
+		if _, err := createObject(ctx, w, impOps, key, p); err != nil {
 			return err
 		}
 	}
@@ -98,12 +98,12 @@ func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.Imp
 		return err
 	}
 	if p := plan.DeleteImport; p != nil {
-		if err := remove(ctx, w, impOps, p); err != nil {
+		if err := deleteObject(ctx, w, impOps, p); err != nil {
 			return err
 		}
 	}
 	if p := plan.UpdateImport; p != nil {
-		if _, err := update(ctx, w, impOps, p); err != nil {
+		if _, err := updateObject(ctx, w, impOps, p); err != nil {
 			return err
 		}
 	}
@@ -124,10 +124,10 @@ const importRounds = 6
 // errNoFixedPoint says a clusterset sync kept finding writes to make: a bug.
 var errNoFixedPoint = errors.New("the import plan did not settle")
 
-// create writes a new hub object. If the name is taken by an object we do
+// createObject writes a new hub object. If the name is taken by an object we do
 // not own for key, it reports a conflict instead of touching it; if it is
 // ours (our cache lags), the error makes the key retry.
-func create[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, obj T) (T, error) {
+func createObject[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, obj T) (T, error) {
 	out, err := send(w, o.resource, verbCreate, obj, func() (T, error) { return o.create(ctx, obj) })
 	if apierrors.IsAlreadyExists(err) {
 		w.calling()
@@ -147,7 +147,7 @@ func create[T hubObject](ctx context.Context, w *hubWriter, o ops[T], key Key, o
 	return out, err
 }
 
-func update[T hubObject](ctx context.Context, w *hubWriter, o ops[T], obj T) (T, error) {
+func updateObject[T hubObject](ctx context.Context, w *hubWriter, o ops[T], obj T) (T, error) {
 	return sendUpdate(w, o.resource, verbUpdate, obj, func() (T, error) { return o.update(ctx, obj) })
 }
 
@@ -177,10 +177,10 @@ func send[T hubObject](w *hubWriter, resource, verb string, obj T, call func() (
 	return out, err
 }
 
-// remove deletes one of our hub objects, preconditioned on the UID we saw so
+// deleteObject deletes one of our hub objects, preconditioned on the UID we saw so
 // a newer object of the same name is never deleted by mistake. NotFound is
 // success.
-func remove[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) error {
+func deleteObject[T hubObject](ctx context.Context, w *hubWriter, o ops[T], live T) error {
 	uid := live.GetUID()
 	opts := metav1.DeleteOptions{}
 	if uid != "" {

@@ -5,10 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-multierror"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // ReasonNameConflict is the Event reason on a hub object that holds a name the
@@ -40,16 +36,6 @@ func (e *conflictError) Error() string {
 // needs.
 func newConflict(resource string, live hubObject, key Key) *conflictError {
 	return &conflictError{resource: resource, namespace: live.GetNamespace(), name: live.GetName(), key: key, holder: live}
-}
-
-// reportConflict says where an operator looks that an object holds a name
-// we need: an Event on that object, a metric and a log line.
-func (c *Controller) reportConflict(e *conflictError) {
-	c.metrics.Conflicts.WithLabelValues(e.resource).Inc()
-	c.recorder.Eventf(e.holder, corev1.EventTypeWarning, ReasonNameConflict,
-		"endpoint-aggregator needs this name for %s but the object is not managed by it (label %s=%s missing or for another source); left untouched",
-		e.key, endpoints.LabelManagedBy, endpoints.ManagedByValue)
-	klog.InfoS("Hub name conflict", "resource", e.resource, "object", klog.KRef(e.namespace, e.name), "key", e.key.String())
 }
 
 // conflictsIn returns every conflict an error of a sync carries (a write

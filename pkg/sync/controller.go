@@ -14,7 +14,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -24,39 +23,7 @@ import (
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
-
-// Member is the read side of one member cluster, as the controller sees it.
-type Member interface {
-	// HasSynced reports whether the member's caches hold a full view.
-	HasSynced() bool
-	ServiceLister() corelisters.ServiceLister
-	// EndpointSlices returns the projections of the member's slices of one
-	// service (see endpoints.ProjectSlice); read-only.
-	EndpointSlices(namespace, service string) ([]*endpoints.MemberSlice, error)
-	// ServiceExport returns the member's ServiceExport, or nil.
-	ServiceExport(namespace, name string) *mcsv1beta1.ServiceExport
-	// ServiceExports lists the member's ServiceExports (none when they
-	// are not watched); read-only.
-	ServiceExports() ([]*mcsv1beta1.ServiceExport, error)
-	// PatchServiceExportConditions replaces the conditions of a member's
-	// ServiceExport, provided it is still at the cached resourceVersion.
-	PatchServiceExportConditions(ctx context.Context, se *mcsv1beta1.ServiceExport, conditions []metav1.Condition) error
-}
-
-// Members is the dynamic set of members.
-type Members interface {
-	// Lookup returns a member's lifecycle state, and its read side once
-	// it is Connected or Synced (nil before). Whether a member is gone is
-	// decided by the state, never by a nil read side.
-	Lookup(name string) (lifecycle.State, Member)
-	// Names lists the registered members, connected or not.
-	Names() []string
-	// SecretsSynced reports whether the registrations are fully known, so
-	// that a name not registered is really gone.
-	SecretsSynced() bool
-}
 
 // Options configure the controller.
 type Options struct {
@@ -378,3 +345,25 @@ func (c *Controller) Queued() int { return c.queue.len() }
 // after an error, or to merge after mergeCoalesce. Keys parked after a name conflict are not counted: they
 // wait for a person.
 func (c *Controller) Pending() int { return c.queue.pending() }
+
+// reportFailure says a new failure of key where an operator looks: the log
+// at the default verbosity and a Warning Event on the service's
+// ServiceImport, with the hub's own answer. Repeats of the same failure go
+// to V(2) until failureRepeat has passed.
+func (c *Controller) reportFailure(key Key, err error) {
+	if !c.failures.loud(key, err) {
+		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
+		return
+	}
+	klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
+	c.recorder.Event(importRef(key), corev1.EventTypeWarning, ReasonSyncFailed, failureSubject(key)+" fails, retrying: "+err.Error())
+}
+
+// reportRecovery says that key, whose failure was said, synced.
+func (c *Controller) reportRecovery(key Key) {
+	if !c.failures.forget(key) {
+		return
+	}
+	klog.InfoS("Sync succeeded again", "cluster", key.Cluster, "key", key.String())
+	c.recorder.Event(importRef(key), corev1.EventTypeNormal, ReasonSyncRecovered, failureSubject(key)+" succeeds again")
+}

@@ -24,7 +24,7 @@
 //   - waits (waits.go): the keys that wait for a condition; it wakes them
 //     into the keyQueue.
 //   - memberStates (memberstate.go): what the syncs keep of their keys, by
-//     member; reporter (metrics.go) reads the per-member gauges off it.
+//     member; reporter (reporter.go) reads the per-member gauges off it.
 //   - policyTimers (policy.go): the unreachable policy's timers.
 //
 // # Who reads what

@@ -138,3 +138,15 @@ func (p ExportPolicy) census(cluster string, m Member, registered time.Time, pol
 	}
 	return out, nil
 }
+
+// countEndpoints counts the aggregated endpoints of a source; -1 for none.
+func countEndpoints(src *endpoints.Source) int {
+	if src == nil {
+		return -1
+	}
+	n := 0
+	for _, s := range src.Slices {
+		n += len(s.Endpoints) // none in other than IPv4 and IPv6 slices
+	}
+	return n
+}

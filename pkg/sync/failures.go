@@ -4,9 +4,6 @@ import (
 	"fmt"
 	stdsync "sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 )
 
 // failureRepeat is how long a key that keeps failing the same way waits
@@ -60,28 +57,6 @@ const (
 	ReasonSyncFailed    = "SyncFailed"
 	ReasonSyncRecovered = "SyncRecovered"
 )
-
-// reportFailure says a new failure of key where an operator looks: the log
-// at the default verbosity and a Warning Event on the service's
-// ServiceImport, with the hub's own answer. Repeats of the same failure go
-// to V(2) until failureRepeat has passed.
-func (c *Controller) reportFailure(key Key, err error) {
-	if !c.failures.loud(key, err) {
-		klog.V(2).InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
-		return
-	}
-	klog.InfoS("Sync failed, will retry", "cluster", key.Cluster, "key", key.String(), "retries", c.queue.retries(key), "err", err)
-	c.recorder.Event(importRef(key), corev1.EventTypeWarning, ReasonSyncFailed, failureSubject(key)+" fails, retrying: "+err.Error())
-}
-
-// reportRecovery says that key, whose failure was said, synced.
-func (c *Controller) reportRecovery(key Key) {
-	if !c.failures.forget(key) {
-		return
-	}
-	klog.InfoS("Sync succeeded again", "cluster", key.Cluster, "key", key.String())
-	c.recorder.Event(importRef(key), corev1.EventTypeNormal, ReasonSyncRecovered, failureSubject(key)+" succeeds again")
-}
 
 // failureSubject names what a key's sync writes, for its Events: "cluster
 // c1: writing its hub objects of ns/name" (explain reads the prefix) or

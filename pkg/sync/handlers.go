@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -326,12 +323,6 @@ func (c *Controller) enqueueMerge(obj interface{}) {
 	}
 }
 
-// mergeCoalesce is how long a clusterset key queued by a sweep (a member's
-// first sync, a restart backlog) or by a slice event waits before its merge:
-// records arrive one member at a time, and merging after each would rewrite
-// the import once per member. A live change merges at once.
-const mergeCoalesce = time.Second
-
 // enqueueHub queues the key that owns one of our hub objects of resource,
 // so that a change made by someone else is undone and a deleted object
 // comes back. The echoes of our own writes never get here (written.seen),
@@ -376,17 +367,6 @@ func changeHandler(f func(obj interface{}, initialList, gone bool)) cache.Resour
 	}
 }
 
-func metaOf(obj interface{}) (metav1.Object, error) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, fmt.Errorf("not an object: %T", obj)
-	}
-	return m, nil
-}
-
 // ClusterSyncTimedOut is told when a member misses its first-sync timeout.
 // Nothing waits for it: merged imports read the hub's records of the
 // member, and its own keys wait for its sync.
@@ -403,4 +383,16 @@ func (c *Controller) wakeMember(cluster string) {
 func (c *Controller) memberSynced(cluster string) bool {
 	st, _ := c.members.Lookup(cluster)
 	return st.Phase == lifecycle.Synced || !st.Registered() || c.unreachableStep(st) == lifecycle.Withdraw
+}
+
+// serviceRangesChanged resyncs every member when the hub's ServiceCIDRs
+// change: what their endpoints may be depends on them.
+func (c *Controller) serviceRangesChanged(_ interface{}, initialList, _ bool) {
+	if initialList {
+		return // the startup sweep reads them
+	}
+	klog.InfoS("Hub ServiceCIDRs changed; resyncing every member")
+	for _, name := range c.members.Names() {
+		c.resyncMember(name)
+	}
 }

@@ -9,9 +9,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/klog/v2"
-
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
 
 // serviceRanges are the hub's Service IP ranges, which no member endpoint
@@ -47,26 +44,4 @@ func (s serviceRanges) get() []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// addressPolicy is the address policy a member is held to now: the
-// daemon's, with the hub's Service ranges and the registration's allowed
-// ranges.
-func (c *Controller) addressPolicy(st lifecycle.State) *addresses.Policy {
-	p := c.opts.Addresses
-	p.HubServiceRanges = c.read.ranges.get()
-	p.MemberAllowed = st.Policy.AllowedEndpoints
-	return &p
-}
-
-// serviceRangesChanged resyncs every member when the hub's ServiceCIDRs
-// change: what their endpoints may be depends on them.
-func (c *Controller) serviceRangesChanged(_ interface{}, initialList, _ bool) {
-	if initialList {
-		return // the startup sweep reads them
-	}
-	klog.InfoS("Hub ServiceCIDRs changed; resyncing every member")
-	for _, name := range c.members.Names() {
-		c.resyncMember(name)
-	}
 }

@@ -1,11 +1,25 @@
 package sync
 
 import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
+)
+
+// The hub resources the daemon writes, as they name its objects and label
+// its metrics.
+const (
+	resourceService       = "services"
+	resourceEndpoints     = "endpoints"
+	resourceEndpointSlice = "endpointslices"
+	resourceServiceImport = "serviceimports"
+	resourceNamespace     = "namespaces"
 )
 
 // Key names one unit of work. With a Cluster it is one member service; with an
@@ -89,3 +103,16 @@ func sliceSource(resource string, obj hubObject) string {
 }
 
 func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
+
+// metaOf is the metadata of an informer's object, or of the last state of
+// one deleted unseen.
+func metaOf(obj interface{}) (metav1.Object, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("not an object: %T", obj)
+	}
+	return m, nil
+}

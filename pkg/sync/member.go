@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/lifecycle"
 )
@@ -150,18 +151,6 @@ func (c *Controller) syncMemberService(ctx context.Context, key Key, out *outcom
 	return statusErr
 }
 
-// countEndpoints counts the aggregated endpoints of a source; -1 for none.
-func countEndpoints(src *endpoints.Source) int {
-	if src == nil {
-		return -1
-	}
-	n := 0
-	for _, s := range src.Slices {
-		n += len(s.Endpoints) // none in other than IPv4 and IPv6 slices
-	}
-	return n
-}
-
 // newestChange is the newest member change of slices: their latest
 // last-change-trigger-time, for the propagation metric; zero for none.
 func newestChange(slices []*endpoints.MemberSlice) time.Time {
@@ -201,4 +190,14 @@ func (c *Controller) ensureNamespace(ctx context.Context, key Key, out *outcome)
 func (c *Controller) unreachableStep(st lifecycle.State) lifecycle.Step {
 	step, _ := st.UnreachableStep(c.opts.Clock.Now(), c.opts.UnreachableGrace, c.opts.UnreachableWithdraw)
 	return step
+}
+
+// addressPolicy is the address policy a member is held to now: the
+// daemon's, with the hub's Service ranges and the registration's allowed
+// ranges.
+func (c *Controller) addressPolicy(st lifecycle.State) *addresses.Policy {
+	p := c.opts.Addresses
+	p.HubServiceRanges = c.read.ranges.get()
+	p.MemberAllowed = st.Policy.AllowedEndpoints
+	return &p
 }

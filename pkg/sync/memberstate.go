@@ -381,3 +381,8 @@ func (s *memberStates) recordExport(key Key, e *ledgerEntry) (again []Key, wasRe
 	}
 	return again, wasRefused
 }
+
+// sameConflict reports whether a and b say the same of an import.
+func sameConflict(a, b endpoints.Conflict) bool {
+	return a.Reason == b.Reason && a.Message == b.Message && slices.Equal(a.Clusters, b.Clusters)
+}

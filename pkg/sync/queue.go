@@ -242,3 +242,9 @@ func (q *keyQueue) busyWith(cluster string) bool {
 }
 
 func (q *keyQueue) shutDown() { q.wq.ShutDown() }
+
+// mergeCoalesce is how long a clusterset key queued by a sweep (a member's
+// first sync, a restart backlog) or by a slice event waits before its merge:
+// records arrive one member at a time, and merging after each would rewrite
+// the import once per member. A live change merges at once.
+const mergeCoalesce = time.Second

@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"maps"
 	"slices"
-	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -140,8 +139,9 @@ func (d *EndpointsDigest) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// hashEndpoint writes the fields hubEndpointInto carries; nil hints and
-// empty ones write the same. TargetRef and DeprecatedTopology, which the
+// hashEndpoint writes the fields hubEndpointInto carries, and the hints it
+// never sets, so that a hub slice with hints differs from ours; nil hints
+// and empty ones write the same. TargetRef and DeprecatedTopology, which the
 // hub never carries, are left out, so adding them to a hub slice is not a
 // difference. digest_test.go checks the hash against field-by-field equality.
 func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
@@ -205,11 +205,8 @@ func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
 		h.WriteByte(1)
 		writeString(h, f.value)
 	}
-	zones, nodes, _ := strings.Cut(t.hints, ";") // both "" without hints
-	for _, list := range []string{zones, nodes} {
-		writeInt(h, strings.Count(list, ","))
-		eachName(list, func(name string) { writeString(h, name) })
-	}
+	writeInt(h, 0) // no zone hints: the hub's are ours, not the member's
+	writeInt(h, 0) // nor node hints
 }
 
 // hashSubsets hashes every field of subsets, in order, except that an

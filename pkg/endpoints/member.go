@@ -1,10 +1,8 @@
 package endpoints
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 	"unique"
 
@@ -61,12 +59,11 @@ type attributes struct {
 	is4  bool
 }
 
-// topology holds the node name, zone and hints of an endpoint.
+// topology holds the node name and zone of an endpoint. A member's hints
+// are not held: they describe its own nodes, and the hub's are ours.
 type topology struct {
 	node, zone string
-	// hints encodes the hints (see encodeHints).
-	hints string
-	set   topologySet
+	set        topologySet
 }
 
 type topologySet uint8
@@ -74,7 +71,6 @@ type topologySet uint8
 const (
 	nodeSet topologySet = 1 << iota
 	zoneSet
-	hintsSet
 )
 
 // conditions packs the three conditions, each unset, true or false.
@@ -159,9 +155,6 @@ func projectEndpoint(ep *discoveryv1.Endpoint) MemberEndpoint {
 	if ep.Zone != nil {
 		t.zone, t.set = *ep.Zone, t.set|zoneSet
 	}
-	if ep.Hints != nil {
-		t.hints, t.set = encodeHints(ep.Hints), t.set|hintsSet
-	}
 	c := ep.Conditions
 	t.cond = packCondition(c.Ready, readySet, readyTrue) |
 		packCondition(c.Serving, servingSet, servingTrue) |
@@ -186,31 +179,6 @@ func (c conditions) get(set, isTrue conditions) *bool {
 	}
 	v := c&isTrue != 0
 	return &v
-}
-
-// Hints are encoded as each zone name followed by ',', then ';', then each
-// node name followed by ','. Valid names hold neither character.
-func encodeHints(h *discoveryv1.EndpointHints) string {
-	var b strings.Builder
-	for _, z := range h.ForZones {
-		b.WriteString(z.Name)
-		b.WriteByte(',')
-	}
-	b.WriteByte(';')
-	for _, n := range h.ForNodes {
-		b.WriteString(n.Name)
-		b.WriteByte(',')
-	}
-	return b.String()
-}
-
-// eachName calls f with each name of list, names each followed by ','.
-func eachName(list string, f func(name string)) {
-	for list != "" {
-		name, rest, _ := strings.Cut(list, ",")
-		f(name)
-		list = rest
-	}
 }
 
 // Addr returns the endpoint's address.
@@ -259,20 +227,6 @@ func (ep *MemberEndpoint) Zone() *string {
 	}
 	v := t.zone
 	return &v
-}
-
-// Hints returns a new copy of the hints; nil when unset. Empty lists come
-// back nil, which the API does not tell from empty.
-func (ep *MemberEndpoint) Hints() *discoveryv1.EndpointHints {
-	t := ep.attrs.Value()
-	if t.set&hintsSet == 0 {
-		return nil
-	}
-	h := &discoveryv1.EndpointHints{}
-	zones, nodes, _ := strings.Cut(t.hints, ";")
-	eachName(zones, func(z string) { h.ForZones = append(h.ForZones, discoveryv1.ForZone{Name: z}) })
-	eachName(nodes, func(n string) { h.ForNodes = append(h.ForNodes, discoveryv1.ForNode{Name: n}) })
-	return h
 }
 
 // IsReady interprets an unset ready condition as ready, as the API requires.
@@ -363,41 +317,6 @@ func checkEndpoint(at discoveryv1.AddressType, ep *discoveryv1.Endpoint) string 
 	}
 	if ep.Zone != nil && len(validation.IsValidLabelValue(*ep.Zone)) > 0 {
 		return "invalid zone"
-	}
-	if ep.Hints != nil {
-		zones := make([]string, 0, len(ep.Hints.ForZones))
-		for _, z := range ep.Hints.ForZones {
-			zones = append(zones, z.Name)
-		}
-		if why := checkHints("zone", zones, maxHints, func(z string) bool { return len(validation.IsValidLabelValue(z)) == 0 }); why != "" {
-			return why
-		}
-		nodes := make([]string, 0, len(ep.Hints.ForNodes))
-		for _, n := range ep.Hints.ForNodes {
-			nodes = append(nodes, n.Name)
-		}
-		return checkHints("node", nodes, maxHints, func(n string) bool { return len(validation.IsDNS1123Subdomain(n)) == 0 })
-	}
-	return ""
-}
-
-// maxHints is the API's bound on an endpoint's zone hints, and on its node
-// hints.
-const maxHints = 8
-
-// checkHints says what the API would refuse in one kind of an endpoint's
-// hints: more than limit, one named twice, or an invalid name.
-func checkHints(kind string, names []string, limit int, valid func(string) bool) string {
-	if len(names) > limit {
-		return fmt.Sprintf("%d %s hints, over %d", len(names), kind, limit)
-	}
-	for i, n := range names {
-		if !valid(n) {
-			return "invalid " + kind + " hint"
-		}
-		if slices.Contains(names[:i], n) {
-			return "duplicate " + kind + " hint"
-		}
 	}
 	return ""
 }

@@ -19,9 +19,10 @@ import (
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 )
 
-// referenceHubEndpoint is what the daemon wrote for a member endpoint
-// before the caches held projections: Sanitize kept the first address, and
-// the hub carried every field but TargetRef and DeprecatedTopology.
+// referenceHubEndpoint is what the hub carries of a member endpoint, as
+// the daemon wrote it before the caches held projections: Sanitize kept
+// the first address, and the hub carried every field but TargetRef,
+// DeprecatedTopology and, as the hub's hints are ours, Hints.
 func referenceHubEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{
 		Addresses: ep.Addresses[:1],
@@ -31,14 +32,13 @@ func referenceHubEndpoint(ep discoveryv1.Endpoint) discoveryv1.Endpoint {
 		Hostname: ep.Hostname,
 		NodeName: ep.NodeName,
 		Zone:     ep.Zone,
-		Hints:    ep.Hints.DeepCopy(),
 	}
 }
 
 // richEndpoints returns valid member endpoints that differ in every field
 // the hub carries: each combination of unset, true and false conditions,
-// several addresses, names set, unset and empty where valid, and hints nil,
-// empty and full.
+// several addresses, names set, unset and empty where valid; and hints nil,
+// empty and full, which the hub never carries.
 func richEndpoints(addr func(i int) string) []discoveryv1.Endpoint {
 	conds := []*bool{nil, ptr.To(true), ptr.To(false)}
 	hints := []*discoveryv1.EndpointHints{
@@ -249,12 +249,6 @@ func TestProjectionRefusesInvalidNames(t *testing.T) {
 		{"invalid hostname", func(ep *discoveryv1.Endpoint) { ep.Hostname = ptr.To("") }},
 		{"invalid node name", func(ep *discoveryv1.Endpoint) { ep.NodeName = ptr.To("Node_A") }},
 		{"invalid zone", func(ep *discoveryv1.Endpoint) { ep.Zone = ptr.To("zone a") }},
-		{"invalid zone hint", func(ep *discoveryv1.Endpoint) {
-			ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a,b"}}}
-		}},
-		{"invalid node hint", func(ep *discoveryv1.Endpoint) {
-			ep.Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "a;b"}}}
-		}},
 	}
 	for _, tc := range bad {
 		ep := endpoint("10.0.0.1", true)
@@ -266,54 +260,45 @@ func TestProjectionRefusesInvalidNames(t *testing.T) {
 	}
 }
 
-// The API refuses more than 8 zone or node hints on an endpoint, and a
-// hint named twice: such an endpoint is refused alone, and the others of
-// its slice still arrive. Eight distinct hints are kept.
-func TestProjectionRefusesHintsPastTheAPIsLimits(t *testing.T) {
-	zones := func(names ...string) *discoveryv1.EndpointHints {
-		h := &discoveryv1.EndpointHints{}
-		for _, n := range names {
-			h.ForZones = append(h.ForZones, discoveryv1.ForZone{Name: n})
-		}
-		return h
-	}
-	nodes := func(names ...string) *discoveryv1.EndpointHints {
-		h := &discoveryv1.EndpointHints{}
-		for _, n := range names {
-			h.ForNodes = append(h.ForNodes, discoveryv1.ForNode{Name: n})
-		}
-		return h
-	}
-	names := func(n int) []string {
-		var out []string
+// A member's hints describe its own nodes: they never reach the hub, and
+// hints the API would refuse (invalid names, more than 8, one named twice)
+// refuse nothing.
+func TestMemberHintsNeverReachTheHub(t *testing.T) {
+	names := func(n int) []discoveryv1.ForZone {
+		var out []discoveryv1.ForZone
 		for i := range n {
-			out = append(out, fmt.Sprintf("z%d", i))
+			out = append(out, discoveryv1.ForZone{Name: fmt.Sprintf("z%d", i)})
 		}
 		return out
 	}
-	for _, tc := range []struct {
-		hints  *discoveryv1.EndpointHints
-		detail string // "": kept
-	}{
-		{zones(names(8)...), ""},
-		{nodes(names(8)...), ""},
-		{zones(names(9)...), "9 zone hints, over 8"},
-		{nodes(names(9)...), "9 node hints, over 8"},
-		{zones("a", "b", "a"), "duplicate zone hint"},
-		{nodes("n1", "n1"), "duplicate node hint"},
+	for _, hints := range []*discoveryv1.EndpointHints{
+		{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}},
+		{ForNodes: []discoveryv1.ForNode{{Name: "node-a"}}},
+		{ForZones: names(9)},
+		{ForZones: []discoveryv1.ForZone{{Name: "a"}, {Name: "a"}}},
+		{ForZones: []discoveryv1.ForZone{{Name: "a,b"}}, ForNodes: []discoveryv1.ForNode{{Name: "a;b"}}},
 	} {
-		bad := endpoint("10.0.0.1", true)
-		bad.Hints = tc.hints
-		m := ProjectSlice(memberSlice("s", discoveryv1.AddressTypeIPv4, httpPorts, bad, endpoint("10.0.0.2", true)))
-		var invalid []string
-		for _, iv := range m.Invalid {
-			invalid = append(invalid, iv.Detail)
+		hinted := endpoint("10.0.0.1", true)
+		hinted.Zone, hinted.Hints = ptr.To("zone-a"), hints
+		src, refused := Sanitize(testSource(memberSlice("s", discoveryv1.AddressTypeIPv4, httpPorts, hinted, endpoint("10.0.0.2", true))), nil)
+		if refused.Total() != 0 {
+			t.Errorf("hints %+v: refused %s; want both endpoints kept", hints, refused)
 		}
-		switch {
-		case tc.detail == "" && (len(m.Endpoints) != 2 || len(invalid) != 0):
-			t.Errorf("hints %+v: %d endpoints kept, refused %q; want both kept", tc.hints, len(m.Endpoints), invalid)
-		case tc.detail != "" && (len(m.Endpoints) != 1 || m.Endpoints[0].Addr().String() != "10.0.0.2" || !slices.Equal(invalid, []string{tc.detail})):
-			t.Errorf("hints %+v: %d endpoints kept, refused %q; want 10.0.0.2 kept and %q", tc.hints, len(m.Endpoints), invalid, tc.detail)
+		plan := PlanSlices(src, nil)
+		n := 0
+		for _, es := range plan.Create {
+			for _, ep := range es.Endpoints {
+				n++
+				if ep.Hints != nil {
+					t.Errorf("hints %+v: hub endpoint %v carries hints %+v", hints, ep.Addresses, ep.Hints)
+				}
+				if ep.Addresses[0] == "10.0.0.1" && ptr.Deref(ep.Zone, "") != "zone-a" {
+					t.Errorf("hints %+v: hub endpoint %v lost its zone", hints, ep.Addresses)
+				}
+			}
+		}
+		if n != 2 {
+			t.Errorf("hints %+v: %d hub endpoints, want 2", hints, n)
 		}
 	}
 }

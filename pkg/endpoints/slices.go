@@ -113,7 +113,6 @@ func hubEndpointInto(addr string, ep *MemberEndpoint, out *discoveryv1.Endpoint)
 		Hostname: ep.Hostname(),
 		NodeName: ep.NodeName(),
 		Zone:     ep.Zone(),
-		Hints:    ep.Hints(),
 	}
 }
 

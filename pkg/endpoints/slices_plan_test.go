@@ -114,7 +114,7 @@ func TestPlanSlicesEndpointFields(t *testing.T) {
 		t.Fatalf("want one slice with one endpoint, got %s", describe(plan))
 	}
 	want := *member.DeepCopy()
-	want.TargetRef, want.DeprecatedTopology = nil, nil
+	want.TargetRef, want.DeprecatedTopology, want.Hints = nil, nil, nil // the hub's hints are ours
 	if got := plan.Create[0].Endpoints[0]; !apiequality.Semantic.DeepEqual(got, want) {
 		t.Errorf("endpoint = %+v, want %+v", got, want)
 	}

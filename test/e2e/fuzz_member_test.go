@@ -458,16 +458,25 @@ func mustJSON(v any) []byte {
 
 // checkNoRefusedDaemonWrites fails the test for every daemon write the
 // hub's audit log at path shows answered with 400 or above, but 404 on a
-// delete and 409 on an update or patch; and when the log shows no daemon
-// write at all.
+// delete and 409 on an update or patch; for every EndpointSlice the daemon
+// wrote with hints (a member's hints describe its own nodes: the hub's are
+// ours); and when the log shows no daemon write at all.
 func checkNoRefusedDaemonWrites(t *testing.T, path string) {
 	t.Helper()
-	writes, refused := 0, map[string]int{}
+	writes, sliceWrites, refused := 0, 0, map[string]int{}
 	for _, ev := range auditAnswers(t, path) {
 		if !strings.HasPrefix(ev.UserAgent, "endpoint-aggregator/") {
 			continue
 		}
 		writes++
+		if ev.ObjectRef.Resource == "endpointslices" && ev.RequestObject != nil {
+			sliceWrites++
+			for _, ep := range ev.RequestObject.Endpoints {
+				if ep.Hints != nil {
+					t.Errorf("hub audit log: %s endpointslices/%s carries hints %v for %v: a member's hints reached the hub", ev.Verb, ev.ObjectRef.Name, ep.Hints, ep.Addresses)
+				}
+			}
+		}
 		code := ev.ResponseStatus.Code
 		if code < 400 || code == 404 && ev.Verb == "delete" || code == 409 && (ev.Verb == "update" || ev.Verb == "patch") {
 			continue
@@ -480,5 +489,8 @@ func checkNoRefusedDaemonWrites(t *testing.T, path string) {
 	if writes == 0 {
 		t.Errorf("hub audit log %s shows no daemon write: the oracle reads nothing", path)
 	}
-	t.Logf("hub audit log: %d daemon writes, %d kinds refused", writes, len(refused))
+	if sliceWrites == 0 {
+		t.Errorf("hub audit log %s shows no daemon EndpointSlice write with its body: the hints oracle reads nothing", path)
+	}
+	t.Logf("hub audit log: %d daemon writes (%d of EndpointSlices), %d kinds refused", writes, sliceWrites, len(refused))
 }

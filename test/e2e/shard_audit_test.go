@@ -202,6 +202,7 @@ type auditEndpoint struct {
 	Conditions struct {
 		Ready *bool `json:"ready"`
 	} `json:"conditions"`
+	Hints any `json:"hints"`
 }
 
 // auditWrites reads the writes to named objects that succeeded from the

@@ -286,7 +286,7 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 		t.Logf("leader %s deleted: %s took over after %s; the client loop sent %d requests, %d failed",
 			leader, holder, takeover.Round(10*time.Millisecond), n.sent, n.failed)
 		if n.failed > 0 {
-			t.Errorf("%d of %d requests failed across the takeover", n.failed, n.sent)
+			t.Errorf("%d of %d requests failed across the takeover: %q", n.failed, n.sent, n.why)
 		}
 		if !others[holder] {
 			t.Errorf("the lease went to %s, not to one of the replicas already running, %v", holder, others)
@@ -350,7 +350,7 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 		n := loop.stopAfter(t, 20)
 		t.Logf("the upgrade rolled %d pods; the client loop sent %d requests, %d failed", len(old), n.sent, n.failed)
 		if n.failed > 0 {
-			t.Errorf("%d of %d requests failed across the upgrade", n.failed, n.sent)
+			t.Errorf("%d of %d requests failed across the upgrade (upgrade started %s): %q", n.failed, n.sent, start.Format("15:04:05.000"), n.why)
 		}
 		// What the hub holds: the same objects at the same resourceVersions,
 		// whoever wrote (an old replica on its way out, or a new one).
@@ -425,7 +425,24 @@ type clientLoop struct {
 	rounds atomic.Int64
 }
 
-type clientTally struct{ sent, failed int }
+// clientTally counts a client loop's requests; why keeps the first few
+// failures as the client saw them, with the time.
+type clientTally struct {
+	sent, failed int
+	why          []string
+}
+
+// failedWith counts n failures, and keeps their reasons while it keeps
+// fewer than five.
+func (n *clientTally) failedWith(count int, why ...string) {
+	n.failed += count
+	n.sent += count
+	for _, w := range why {
+		if len(n.why) < 5 {
+			n.why = append(n.why, time.Now().Format("15:04:05.000")+" "+w)
+		}
+	}
+}
 
 func startClientLoop(clientIP, url string) *clientLoop {
 	l := &clientLoop{stop: make(chan struct{}), done: make(chan clientTally)}
@@ -438,13 +455,11 @@ func startClientLoop(clientIP, url string) *clientLoop {
 				return
 			default:
 			}
-			by, failed, err := answers(clientIP, url, 5)
+			by, failed, err := answersWhy(clientIP, url, 5)
 			if err != nil {
-				n.failed += 5
-				n.sent += 5
+				n.failedWith(5, err.Error())
 			} else {
-				n.failed += failed
-				n.sent += failed
+				n.failedWith(len(failed), failed...)
 				for _, c := range by {
 					n.sent += c
 				}

@@ -126,14 +126,20 @@ func get(url string) (string, error) {
 // answers counts, per cluster, the answers of n requests to target sent
 // from the client pod at clientIP, and the failed ones.
 func answers(clientIP, target string, n int) (map[string]int, int, error) {
+	byCluster, failures, err := answersWhy(clientIP, target, n)
+	return byCluster, len(failures), err
+}
+
+// answersWhy is answers with the client's line for each failed request.
+func answersWhy(clientIP, target string, n int) (map[string]int, []string, error) {
 	body, err := get(podURL(clientIP, fmt.Sprintf("/fetch?n=%d&url=%s", n, url.QueryEscape(target))))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	byCluster, failed := map[string]int{}, 0
+	byCluster, failed := map[string]int{}, []string(nil)
 	for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
 		if strings.HasPrefix(line, "error:") {
-			failed++
+			failed = append(failed, line)
 			continue
 		}
 		f := strings.Fields(line)

@@ -155,7 +155,11 @@ func (s *exportSource) list(ctx context.Context, o metav1.ListOptions) (runtime.
 	// A CRD just changed answers 404 for a version its discovery may still
 	// list for a moment: discovery is read again before it counts.
 	for try := 0; apierrors.IsNotFound(err) && s.disco != nil && try < 3; try++ {
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done(): // the informer set stops: no wait past it
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 		if v, err = s.served(ctx); err == nil {
 			out, err = s.listIn(ctx, v, o)
 		}

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // settle applies what a sync of key asked for: Events, metrics and log

@@ -112,7 +112,7 @@ func (fl *floor) coldJobs() []func(context.Context) error {
 				svc = endpoints.PerClusterService(src, fl.mode)
 				eps = endpoints.PerClusterEndpoints(src)
 			}
-			plan := endpoints.PlanSlices(src, nil)
+			plan := endpoints.PlanSlices(src, endpoints.Locality{}, nil)
 			fk := fl.keys[m*nS+s]
 			jobs = append(jobs, func(ctx context.Context) error {
 				fk.mu.Lock()
@@ -315,7 +315,7 @@ func (fl *floor) sync(ctx context.Context, k int, memberSlices []*discoveryv1.En
 	fk := fl.keys[k]
 	fk.mu.Lock()
 	defer fk.mu.Unlock()
-	plan := endpoints.PlanSlices(src, fk.slices)
+	plan := endpoints.PlanSlices(src, endpoints.Locality{}, fk.slices)
 	api := fl.hub.DiscoveryV1().EndpointSlices(appNamespace)
 	byName := map[string]*endpoints.SliceDigest{}
 	for _, s := range fk.slices {

@@ -39,6 +39,9 @@ type SliceDigest struct {
 	// Hash covers, in the slice's order, the endpoint fields the daemon
 	// writes (see hashEndpoint).
 	Hash uint64
+	// Unzoned says a ready endpoint has no zone: the service's other
+	// sources then hint none (see HintsFor).
+	Unzoned bool
 }
 
 // DigestSlice returns the digest of s. It shares s's metadata and ports,
@@ -64,6 +67,7 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 		if len(ep.Addresses) > 0 {
 			d.AddressKeys[i] = AddressKey(ep.Addresses[0])
 		}
+		d.Unzoned = d.Unzoned || unzonedReady(ep)
 		hashEndpoint(&h, ep)
 	}
 	d.Hash = h.Sum64()
@@ -77,13 +81,13 @@ func AddressKey(addr string) uint64 {
 }
 
 // hashEndpoints is the Hash a slice holding eps, in this order and as
-// hubEndpointInto writes them, digests to.
-func hashEndpoints(eps []desiredEndpoint) uint64 {
+// hubEndpointInto writes them with hints, digests to.
+func hashEndpoints(eps []desiredEndpoint, hints Hints) uint64 {
 	var h maphash.Hash
 	h.SetSeed(hashSeed)
 	writeInt(&h, len(eps))
 	for _, d := range eps {
-		hashMemberEndpoint(&h, d.addr, d.ep)
+		hashMemberEndpoint(&h, d.addr, d.ep, hints.zoneFor(d.ep))
 	}
 	return h.Sum64()
 }
@@ -139,9 +143,9 @@ func (d *EndpointsDigest) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// hashEndpoint writes the fields hubEndpointInto carries, and the hints it
-// never sets, so that a hub slice with hints differs from ours; nil hints
-// and empty ones write the same. TargetRef and DeprecatedTopology, which the
+// hashEndpoint writes the fields hubEndpointInto carries, hints included
+// (node hints, which it never sets, too, so that a hub slice with them
+// differs from ours); nil hints and empty ones write the same. TargetRef and DeprecatedTopology, which the
 // hub never carries, are left out, so adding them to a hub slice is not a
 // difference. digest_test.go checks the hash against field-by-field equality.
 func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
@@ -171,8 +175,9 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 }
 
 // hashMemberEndpoint writes what hashEndpoint writes for the endpoint
-// hubEndpointInto makes of ep at addr, without making it.
-func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
+// hubEndpointInto makes of ep at addr, hinted for zone ("" for none),
+// without making it.
+func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint, zone string) {
 	writeInt(h, 1)
 	writeString(h, addr)
 	t := ep.attrs.Value()
@@ -205,8 +210,13 @@ func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint) {
 		h.WriteByte(1)
 		writeString(h, f.value)
 	}
-	writeInt(h, 0) // no zone hints: the hub's are ours, not the member's
-	writeInt(h, 0) // nor node hints
+	if zone == "" {
+		writeInt(h, 0)
+	} else {
+		writeInt(h, 1)
+		writeString(h, zone)
+	}
+	writeInt(h, 0) // no node hints: a member's nodes are not the hub's
 }
 
 // hashSubsets hashes every field of subsets, in order, except that an

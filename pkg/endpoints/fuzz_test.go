@@ -64,7 +64,7 @@ func FuzzDesiredHubObjects(f *testing.F) {
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 80}}}}
 		src, _ := Sanitize(Source{Cluster: cluster, Service: svc, Slices: project(sl)}, fuzzPolicy)
 
-		plan := PlanSlices(src, nil)
+		plan := PlanSlices(src, Locality{}, nil)
 		for _, s := range append(plan.Create, plan.Update...) {
 			checkSlice(t, s)
 		}

@@ -150,7 +150,7 @@ func apply(t testing.TB, state []*discoveryv1.EndpointSlice, plan SlicePlan) []*
 // syncState plans src against state, applies the plan and returns the new state.
 func syncState(t testing.TB, src Source, state []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	t.Helper()
-	return apply(t, state, PlanSlices(src, digests(state)))
+	return apply(t, state, PlanSlices(src, Locality{}, digests(state)))
 }
 
 func names(list []*discoveryv1.EndpointSlice) []string {

@@ -119,7 +119,7 @@ func TestProjectionRoundTripWritesWhatTheObjectsDid(t *testing.T) {
 	if refused.Total() != 0 {
 		t.Fatalf("refused %s", refused)
 	}
-	plan := PlanSlices(src, nil)
+	plan := PlanSlices(src, Locality{}, nil)
 	if len(plan.Create) != 2 {
 		t.Fatalf("want two slices, got %s", describe(plan))
 	}
@@ -136,7 +136,7 @@ func TestProjectionRoundTripWritesWhatTheObjectsDid(t *testing.T) {
 		wireEqual(t, plan.Create[i], want)
 		// The hub cache's digest of what was written matches the hash of
 		// the desired endpoints: in sync, nothing to write.
-		if again := PlanSlices(src, digests(plan.Create)); !again.Empty() {
+		if again := PlanSlices(src, Locality{}, digests(plan.Create)); !again.Empty() {
 			t.Errorf("not in sync with its own writes: %s", describe(again))
 		}
 	}
@@ -169,7 +169,8 @@ func TestProjectionRoundTripWritesWhatTheObjectsDid(t *testing.T) {
 }
 
 // The hash of a desired endpoint, computed from the projection, is the
-// hash of the endpoint written for it, and of the member's own endpoint.
+// hash of the endpoint written for it, hinted or not, and of the member's
+// own endpoint without its hints.
 func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 	variants := append(endpointVariants(), richEndpoints(func(i int) string { return fmt.Sprintf("10.1.0.%d", i+1) })...)
 	for i, ep := range variants {
@@ -179,8 +180,15 @@ func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 		m := projectEndpoint(&ep)
 		addr := m.Addr().String()
 		var written discoveryv1.Endpoint
-		hubEndpointInto(addr, &m, &written)
-		h := hashEndpoints([]desiredEndpoint{{addr, &m}})
+		hubEndpointInto(addr, &m, Hints{OwnZone: true}, &written)
+		if got, want := written.Hints != nil, ptr.Deref(ep.Zone, "") != ""; got != want {
+			t.Errorf("variant %d: hinted %v, want %v for zone %v", i, got, want, ep.Zone)
+		}
+		if h := hashEndpoints([]desiredEndpoint{{addr, &m}}, Hints{OwnZone: true}); h != hashAPIEndpoints(&written) {
+			t.Errorf("variant %d: hinted projection hash differs from the written endpoint's %+v", i, written)
+		}
+		hubEndpointInto(addr, &m, Hints{}, &written)
+		h := hashEndpoints([]desiredEndpoint{{addr, &m}}, Hints{})
 		if h != hashAPIEndpoints(&written) {
 			t.Errorf("variant %d: projection hash differs from the written endpoint's %+v", i, written)
 		}
@@ -284,7 +292,7 @@ func TestMemberHintsNeverReachTheHub(t *testing.T) {
 		if refused.Total() != 0 {
 			t.Errorf("hints %+v: refused %s; want both endpoints kept", hints, refused)
 		}
-		plan := PlanSlices(src, nil)
+		plan := PlanSlices(src, Locality{}, nil)
 		n := 0
 		for _, es := range plan.Create {
 			for _, ep := range es.Endpoints {

@@ -40,6 +40,9 @@ type MemberView struct {
 	// (ImportPortClaims): the MCS slices leave out the ports the member
 	// lost to another export.
 	PortClaims PortClaims
+	// Locality is what the rest of the ClusterSet says of the MCS slices'
+	// hints (see HintsFor).
+	Locality Locality
 }
 
 // MemberPlan lists the hub writes one member service needs.
@@ -55,8 +58,8 @@ func (p MemberPlan) Empty() bool {
 }
 
 // PlanMember returns the writes that bring view to what src asks for: its
-// MCS slices, without the ports view.PortClaims gives to another export,
-// and, unless mode is off, its per-cluster Service and Endpoints, with all
+// MCS slices, without the ports view.PortClaims gives to another export and
+// hinted as view.Locality allows, and, unless mode is off, its per-cluster Service and Endpoints, with all
 // its ports. src nil means the member service is not exported (gone,
 // unexported, or its member unregistered): everything is withdrawn.
 func PlanMember(namespace, service, cluster string, src *Source, mode PerClusterMode, view MemberView) MemberPlan {
@@ -66,7 +69,7 @@ func PlanMember(namespace, service, cluster string, src *Source, mode PerCluster
 		if lost := view.PortClaims.Lost(src.Service); lost != nil {
 			mcs = withoutPorts(mcs, lost)
 		}
-		plan.Slices = PlanSlices(mcs, view.Slices)
+		plan.Slices = PlanSlices(mcs, view.Locality, view.Slices)
 	} else {
 		plan.Slices = PlanSlicesDelete(namespace, service, cluster, view.Slices)
 	}

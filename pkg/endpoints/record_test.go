@@ -74,7 +74,7 @@ func TestPlanSlicesCarriesTheRecord(t *testing.T) {
 		t.Errorf("SourceRecord = %q, %v", got, ok)
 	}
 	src.Record = "r2"
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Update) != len(state) || len(plan.Create)+len(plan.Delete) != 0 {
 		t.Fatalf("record change: %s, want every slice updated", describe(plan))
 	}
@@ -89,7 +89,7 @@ func TestPlanSlicesCarriesTheRecord(t *testing.T) {
 
 	empty := testSource()
 	empty.Record = "r3"
-	plan = PlanSlices(empty, nil)
+	plan = PlanSlices(empty, Locality{}, nil)
 	if len(plan.Create) != 1 || len(plan.Create[0].Endpoints) != 0 || plan.Create[0].Annotations[AnnotationExportRecord] != "r3" ||
 		plan.Create[0].AddressType != discoveryv1.AddressTypeIPv4 {
 		t.Errorf("placeholder: %s %+v", describe(plan), plan.Create)

@@ -70,7 +70,7 @@ func TestSanitizeRefusesAddressesByPolicy(t *testing.T) {
 		Spec: corev1.ServiceSpec{IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	out.Service = svc
-	plan := PlanSlices(out, nil)
+	plan := PlanSlices(out, Locality{}, nil)
 	for _, s := range plan.Create {
 		for _, ep := range s.Endpoints {
 			if v := p.Check(netip.MustParseAddr(ep.Addresses[0])); v.Reason != addresses.Accepted {
@@ -101,7 +101,7 @@ func TestMemberLabelsNeverAttributeEndpoints(t *testing.T) {
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	src, _ := Sanitize(Source{Cluster: "east", Service: svc, Slices: project(sl)}, nil)
 
-	plan := PlanSlices(src, nil)
+	plan := PlanSlices(src, Locality{}, nil)
 	if len(plan.Create) == 0 {
 		t.Fatal("no hub slice planned")
 	}
@@ -112,7 +112,7 @@ func TestMemberLabelsNeverAttributeEndpoints(t *testing.T) {
 	}
 	// West's own slices of the service are not east's to replace: planned
 	// against a hub that holds them, east's plan leaves them alone.
-	west := PlanSlices(Source{Cluster: "west", Service: svc, Slices: project(addressSlice("svc-w", discoveryv1.AddressTypeIPv4, "10.2.0.1"))}, nil)
+	west := PlanSlices(Source{Cluster: "west", Service: svc, Slices: project(addressSlice("svc-w", discoveryv1.AddressTypeIPv4, "10.2.0.1"))}, Locality{}, nil)
 	var hub []*SliceDigest
 	for _, s := range west.Create {
 		if s.Name == "" {
@@ -120,7 +120,7 @@ func TestMemberLabelsNeverAttributeEndpoints(t *testing.T) {
 		}
 		hub = append(hub, DigestSlice(s))
 	}
-	again := PlanSlices(src, hub)
+	again := PlanSlices(src, Locality{}, hub)
 	for _, s := range again.Update {
 		if s.Labels["multicluster.kubernetes.io/source-cluster"] == "west" {
 			t.Errorf("east's plan updates west's slice %s", s.Name)

@@ -47,6 +47,8 @@ type sliceGroup struct {
 	// byKey maps the AddressKey of each address in endpoints to it, made
 	// when first needed (addressOf).
 	byKey map[uint64]string
+	// hints hints the group's endpoints (see groupHints).
+	hints Hints
 }
 
 // addressOf returns the address of g whose AddressKey is key.
@@ -68,9 +70,9 @@ type desiredEndpoint struct {
 	ep   *MemberEndpoint
 }
 
-// desiredGroups returns the groups of src's member endpoints by key. An
-// address listed more than once in a group (a member mid-rollout) keeps its
-// preferred endpoint.
+// desiredGroups returns the groups of src's member endpoints by key,
+// without hints. An address listed more than once in a group (a member
+// mid-rollout) keeps its preferred endpoint.
 func desiredGroups(src Source) map[string]*sliceGroup {
 	groups := make(map[string]*sliceGroup)
 	ipSlices := src.ipSlices()
@@ -101,8 +103,9 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 }
 
 // hubEndpointInto writes into out the endpoint the hub carries for ep at
-// addr: everything the projection holds, in fresh memory.
-func hubEndpointInto(addr string, ep *MemberEndpoint, out *discoveryv1.Endpoint) {
+// addr: everything the projection holds, and the hints h gives it, in fresh
+// memory.
+func hubEndpointInto(addr string, ep *MemberEndpoint, h Hints, out *discoveryv1.Endpoint) {
 	*out = discoveryv1.Endpoint{
 		Addresses: []string{addr},
 		Conditions: discoveryv1.EndpointConditions{
@@ -113,6 +116,7 @@ func hubEndpointInto(addr string, ep *MemberEndpoint, out *discoveryv1.Endpoint)
 		Hostname: ep.Hostname(),
 		NodeName: ep.NodeName(),
 		Zone:     ep.Zone(),
+		Hints:    h.endpointHints(ep),
 	}
 }
 
@@ -130,8 +134,8 @@ func preferred(addr string, a, b *MemberEndpoint) bool {
 		return tb
 	}
 	var ha, hb discoveryv1.Endpoint
-	hubEndpointInto(addr, a, &ha)
-	hubEndpointInto(addr, b, &hb)
+	hubEndpointInto(addr, a, Hints{}, &ha)
+	hubEndpointInto(addr, b, Hints{}, &hb)
 	return ha.String() < hb.String()
 }
 

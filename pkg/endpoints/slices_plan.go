@@ -43,7 +43,7 @@ func (s *plannedSlice) fill(rest []desiredEndpoint) []desiredEndpoint {
 
 // PlanSlices returns the writes that turn existing, the digests of the hub
 // slices of src read from a cache, into the desired aggregation of src's
-// member slices.
+// member slices, hinted as loc allows (see HintsFor).
 // existing is never modified. Slices not ours for src (see ownsSlice) are
 // ignored, but their names are never reused.
 //
@@ -63,7 +63,7 @@ func (s *plannedSlice) fill(rest []desiredEndpoint) []desiredEndpoint {
 //
 // The result depends only on the content of its inputs, not on their order,
 // and is empty when existing is in sync.
-func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
+func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 	namespace, service, cluster := src.Service.Namespace, src.Service.Name, src.Cluster
 	labels := SliceLabels(namespace, service, cluster)
 	var annotations map[string]string
@@ -71,6 +71,11 @@ func PlanSlices(src Source, existing []*SliceDigest) SlicePlan {
 		annotations = map[string]string{AnnotationExportRecord: src.Record}
 	}
 	groups := desiredGroups(src)
+	if hints, _ := groupHints(src.Cluster, groups, loc); hints != (Hints{}) {
+		for _, g := range groups {
+			g.hints = hints
+		}
+	}
 	placeholder := placeholderGroup(src, groups)
 
 	var toUpdate []*plannedSlice
@@ -228,7 +233,7 @@ func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) 
 	}
 	// With every endpoint still desired, in the slice's order, the slice is
 	// unchanged if their desired versions hash to its content.
-	return ps, dirty || hashEndpoints(ps.endpoints) != es.Hash
+	return ps, dirty || hashEndpoints(ps.endpoints, g.hints) != es.Hash
 }
 
 // placeholderGroup returns the group of src's placeholder slice, added to
@@ -298,7 +303,7 @@ func (s *plannedSlice) object(name, namespace string, labels, annotations map[st
 	}
 	slices.SortFunc(s.endpoints, compareEndpoints)
 	for i, d := range s.endpoints {
-		hubEndpointInto(d.addr, d.ep, &out.Endpoints[i])
+		hubEndpointInto(d.addr, d.ep, s.group.hints, &out.Endpoints[i])
 	}
 	if s.existing == nil {
 		out.Name, out.Namespace = name, namespace

@@ -33,7 +33,7 @@ func TestPlanSlicesSizing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		src := testSource(memberSlice("web-abc", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, tt.endpoints)...))
-		plan := PlanSlices(src, nil)
+		plan := PlanSlices(src, Locality{}, nil)
 		if len(plan.Update) != 0 || len(plan.Delete) != 0 {
 			t.Errorf("%d endpoints: want only creates, got %s", tt.endpoints, describe(plan))
 		}
@@ -79,7 +79,7 @@ func TestPlanSlicesAddressTypes(t *testing.T) {
 		memberSlice("web-v6", discoveryv1.AddressTypeIPv6, httpPorts, endpoint("fd00::1", true), endpoint("fd00::2", false)),
 		memberSlice("web-fqdn", discoveryv1.AddressTypeFQDN, httpPorts, endpoint("db.example.com", true)),
 	)
-	plan := PlanSlices(src, nil)
+	plan := PlanSlices(src, Locality{}, nil)
 	if len(plan.Create) != 2 {
 		t.Fatalf("want 2 creates, got %s", describe(plan))
 	}
@@ -109,7 +109,7 @@ func TestPlanSlicesEndpointFields(t *testing.T) {
 		TargetRef:          &corev1.ObjectReference{Kind: "Pod", Name: "web-0"},
 		DeprecatedTopology: map[string]string{"kubernetes.io/hostname": "node-a"},
 	}
-	plan := PlanSlices(testSource(memberSlice("web-abc", discoveryv1.AddressTypeIPv4, httpPorts, member)), nil)
+	plan := PlanSlices(testSource(memberSlice("web-abc", discoveryv1.AddressTypeIPv4, httpPorts, member)), Locality{}, nil)
 	if len(plan.Create) != 1 || len(plan.Create[0].Endpoints) != 1 {
 		t.Fatalf("want one slice with one endpoint, got %s", describe(plan))
 	}
@@ -138,7 +138,7 @@ func TestPlanSlicesPorts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan := PlanSlices(testSource(memberSlice("web-abc", discoveryv1.AddressTypeIPv4, tt.ports, endpoint("10.0.0.1", true))), nil)
+			plan := PlanSlices(testSource(memberSlice("web-abc", discoveryv1.AddressTypeIPv4, tt.ports, endpoint("10.0.0.1", true))), Locality{}, nil)
 			if len(plan.Create) != 1 {
 				t.Fatalf("want 1 create, got %s", describe(plan))
 			}
@@ -155,7 +155,7 @@ func TestPlanSlicesPorts(t *testing.T) {
 		memberSlice("web-a", discoveryv1.AddressTypeIPv4, named, endpoint("10.0.0.1", true)),
 		memberSlice("web-b", discoveryv1.AddressTypeIPv4, unnamed, endpoint("10.0.0.2", true)),
 	)
-	if plan := PlanSlices(src, nil); !slices.Equal(sizes(plan.Create), []int{1, 1}) {
+	if plan := PlanSlices(src, Locality{}, nil); !slices.Equal(sizes(plan.Create), []int{1, 1}) {
 		t.Errorf("two port sets: got %s", describe(plan))
 	}
 }
@@ -166,7 +166,7 @@ func TestPlanSlicesDuplicates(t *testing.T) {
 		memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, endpoint("10.0.0.1", false), endpoint("10.0.0.2", true)),
 		memberSlice("web-b", discoveryv1.AddressTypeIPv4, httpPorts, endpoint("10.0.0.1", true)),
 	)
-	plan := PlanSlices(src, nil)
+	plan := PlanSlices(src, Locality{}, nil)
 	if len(plan.Create) != 1 || len(plan.Create[0].Endpoints) != 2 {
 		t.Fatalf("want one slice of 2 endpoints, got %s", describe(plan))
 	}
@@ -182,7 +182,7 @@ func TestPlanSlicesInSync(t *testing.T) {
 		memberSlice("web-c", discoveryv1.AddressTypeIPv6, httpPorts, endpoint("fd00::1", true)),
 	)
 	state := syncState(t, src, nil)
-	if plan := PlanSlices(src, digests(state)); !plan.Empty() {
+	if plan := PlanSlices(src, Locality{}, digests(state)); !plan.Empty() {
 		t.Errorf("in-sync set: got %s", describe(plan))
 	}
 
@@ -196,7 +196,7 @@ func TestPlanSlicesInSync(t *testing.T) {
 		s.UID, s.Generation = types.UID("uid-"+s.Name), 3
 		s.Labels["team"] = "payments"
 	}
-	if plan := PlanSlices(src, digests(state)); !plan.Empty() {
+	if plan := PlanSlices(src, Locality{}, digests(state)); !plan.Empty() {
 		t.Errorf("in-sync set as read back: got %s", describe(plan))
 	}
 }
@@ -209,7 +209,7 @@ func TestPlanSlicesOneEndpointChanged(t *testing.T) {
 	eps = slices.Clone(eps)
 	eps[120] = endpoint(eps[120].Addresses[0], false)
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, eps...))
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || len(plan.Update) != 1 {
 		t.Fatalf("want exactly one update, got %s", describe(plan))
 	}
@@ -228,7 +228,7 @@ func TestPlanSlicesOneEndpointChanged(t *testing.T) {
 			t.Errorf("update does not carry the change")
 		}
 	}
-	if state = apply(t, state, plan); !PlanSlices(src, digests(state)).Empty() {
+	if state = apply(t, state, plan); !PlanSlices(src, Locality{}, digests(state)).Empty() {
 		t.Errorf("not in sync after applying the plan")
 	}
 }
@@ -249,20 +249,20 @@ func TestPlanSlicesEndpointsRemoved(t *testing.T) {
 		}
 	}
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, kept...))
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if !slices.Equal(names(plan.Delete), names(state[2:])) || !slices.Equal(names(plan.Update), names(state[:1])) || len(plan.Create) != 0 {
 		t.Errorf("got %s, want update of %s and delete of %s", describe(plan), state[0].Name, state[2].Name)
 	}
 
 	// Everything removed: the first slice becomes the empty placeholder
 	// and the others go.
-	plan = PlanSlices(testSource(), digests(state))
+	plan = PlanSlices(testSource(), Locality{}, digests(state))
 	if !slices.Equal(names(plan.Delete), names(state[1:])) || !slices.Equal(names(plan.Update), names(state[:1])) ||
 		len(plan.Create) != 0 || len(plan.Update[0].Endpoints)+len(plan.Update[0].Ports) != 0 {
 		t.Errorf("empty source: got %s, want %s emptied and the others deleted", describe(plan), state[0].Name)
 	}
 	// The placeholder is in sync once written.
-	if again := PlanSlices(testSource(), digests(apply(t, state, plan))); !again.Empty() {
+	if again := PlanSlices(testSource(), Locality{}, digests(apply(t, state, plan))); !again.Empty() {
 		t.Errorf("placeholder not in sync: %s", describe(again))
 	}
 }
@@ -273,7 +273,7 @@ func TestPlanSlicesFillsBeforeCreating(t *testing.T) {
 
 	// New endpoints go into the fullest slice with room for all of them.
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 260)...))
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state[2:])) || len(plan.Update[0].Endpoints) != 60 {
 		t.Errorf("got %s, want one update of %s to 60 endpoints", describe(plan), state[2].Name)
 	}
@@ -282,7 +282,7 @@ func TestPlanSlicesFillsBeforeCreating(t *testing.T) {
 	eps := readyEndpoints(0, 250)
 	eps[0] = endpoint("10.9.9.9", true) // was in the first slice
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, eps...))
-	plan = PlanSlices(src, digests(state))
+	plan = PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state[:1])) {
 		t.Errorf("got %s, want only an update of %s", describe(plan), state[0].Name)
 	}
@@ -295,7 +295,7 @@ func TestPlanSlicesCreateDeletePairing(t *testing.T) {
 	// The member's target port changed: a new group replaces the old one.
 	newPorts := []discoveryv1.EndpointPort{slicePort("http", 8081)}
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, newPorts, readyEndpoints(0, 10)...))
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Create) != 0 || len(plan.Delete) != 0 || !slices.Equal(names(plan.Update), names(state)) {
 		t.Fatalf("got %s, want the deleted slice reused", describe(plan))
 	}
@@ -306,7 +306,7 @@ func TestPlanSlicesCreateDeletePairing(t *testing.T) {
 	// AddressType is immutable: an IPv6 slice is not reused for IPv4.
 	v6 := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv6, httpPorts, endpoint("fd00::1", true)))
 	state = syncState(t, v6, nil)
-	plan = PlanSlices(src, digests(state))
+	plan = PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Create) != 1 || len(plan.Update) != 0 || len(plan.Delete) != 1 {
 		t.Fatalf("got %s, want a create and a delete", describe(plan))
 	}
@@ -326,7 +326,7 @@ func TestPlanSlicesLowestFreeIndex(t *testing.T) {
 	state = append(state, foreign)
 
 	src = testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 500)...))
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if got, want := names(plan.Create), sliceNames(1, 4, 5); !slices.Equal(got, want) {
 		t.Errorf("created %v, want %v", got, want)
 	}
@@ -354,7 +354,7 @@ func TestPlanSlicesIgnoresOthersSlices(t *testing.T) {
 		other(func(s *discoveryv1.EndpointSlice) { s.Labels[mcsv1beta1.LabelServiceName] = "api" }),
 		other(func(s *discoveryv1.EndpointSlice) { s.Namespace = "other" }),
 	}
-	if plan := PlanSlices(src, digests(append(others, mine...))); !plan.Empty() {
+	if plan := PlanSlices(src, Locality{}, digests(append(others, mine...))); !plan.Empty() {
 		t.Errorf("got %s, want others' slices ignored", describe(plan))
 	}
 	if plan := PlanSlicesDelete(testNamespace, testService, testCluster, digests(append(others, mine...))); !slices.Equal(names(plan.Delete), names(mine)) || len(plan.Create)+len(plan.Update) != 0 {
@@ -367,7 +367,7 @@ func TestPlanSlicesRelabels(t *testing.T) {
 	state := syncState(t, src, nil)
 	state[0].Labels[LabelManagedBy] = "helm"
 	state[0].Labels["team"] = "payments"
-	plan := PlanSlices(src, digests(state))
+	plan := PlanSlices(src, Locality{}, digests(state))
 	if len(plan.Update) != 1 || len(plan.Create)+len(plan.Delete) != 0 {
 		t.Fatalf("got %s, want one update", describe(plan))
 	}
@@ -404,16 +404,16 @@ func TestPlanSlicesOrderIndependent(t *testing.T) {
 	old := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, twoPorts, readyEndpoints(100, 250)...))
 	existing := syncState(t, old, nil)
 
-	want := PlanSlices(src, digests(existing))
+	want := PlanSlices(src, Locality{}, digests(existing))
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 50 {
 		ex := slices.Clone(existing)
 		r.Shuffle(len(ex), func(i, j int) { ex[i], ex[j] = ex[j], ex[i] })
-		if got := PlanSlices(shuffledSource(r, src), digests(ex)); !apiequality.Semantic.DeepEqual(got, want) {
+		if got := PlanSlices(shuffledSource(r, src), Locality{}, digests(ex)); !apiequality.Semantic.DeepEqual(got, want) {
 			t.Fatalf("plan depends on input order:\n got %s\nwant %s", describe(got), describe(want))
 		}
 	}
-	if state := apply(t, existing, want); !PlanSlices(src, digests(state)).Empty() {
+	if state := apply(t, existing, want); !PlanSlices(src, Locality{}, digests(state)).Empty() {
 		t.Errorf("not in sync after applying the plan")
 	}
 }
@@ -434,7 +434,7 @@ func TestPlanSlicesDoesNotMutateInputs(t *testing.T) {
 		dsCopy = append(dsCopy, d.DeepCopyObject().(*SliceDigest))
 	}
 
-	plan := PlanSlices(src, ds)
+	plan := PlanSlices(src, Locality{}, ds)
 	if plan.Empty() {
 		t.Fatal("want a non-empty plan")
 	}
@@ -464,7 +464,7 @@ func TestPlanSlicesDoesNotMutateInputs(t *testing.T) {
 // undoes, working from the slice's digest as the hub cache holds it.
 func TestPlanSlicesAgainstLive(t *testing.T) {
 	src := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, readyEndpoints(0, 5)...))
-	desired := PlanSlices(src, nil).Create[0]
+	desired := PlanSlices(src, Locality{}, nil).Create[0]
 	tests := []struct {
 		name   string
 		mutate func(*discoveryv1.EndpointSlice)
@@ -495,7 +495,7 @@ func TestPlanSlicesAgainstLive(t *testing.T) {
 	for _, tt := range tests {
 		live := desired.DeepCopy()
 		tt.mutate(live)
-		if got := PlanSlices(src, digests([]*discoveryv1.EndpointSlice{live})); got.Empty() != tt.want {
+		if got := PlanSlices(src, Locality{}, digests([]*discoveryv1.EndpointSlice{live})); got.Empty() != tt.want {
 			t.Errorf("%s: plan against the changed slice: %s, want empty: %v", tt.name, describe(got), tt.want)
 		}
 	}
@@ -530,7 +530,7 @@ func BenchmarkPlanSlices(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				PlanSlices(bc.src, bc.existing)
+				PlanSlices(bc.src, Locality{}, bc.existing)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -66,6 +67,7 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		}
 	}
 	claims := map[Key]endpoints.PortClaims{}
+	tds := map[Key]string{}
 	for k, ex := range exports {
 		if _, taken := foreign[resourceServiceImport+"/"+k.Namespace+"/"+k.Name]; taken {
 			continue
@@ -75,13 +77,79 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		imp := res.Import.DeepCopy()
 		imp.Status.Conditions = endpoints.ImportConditions(res.Conflicts, 0)
 		claims[k] = endpoints.ImportPortClaims(imp)
+		tds[k] = endpoints.ImportLocality(imp)
 	}
-	// The MCS slices leave out the ports an export lost to another.
+	// The MCS slices leave out the ports an export lost to another, and are
+	// hinted when the import asks and no source's hub slices hold a ready
+	// endpoint without a zone.
+	unzoned := map[Key]bool{}
 	for k, src := range sources {
 		plan := endpoints.PlanMember(k.Namespace, k.Name, k.Cluster, &src, endpoints.PerClusterOff, endpoints.MemberView{PortClaims: claims[k.ClusterSet()]})
+		for _, s := range plan.Slices.Create {
+			unzoned[k] = unzoned[k] || slices.ContainsFunc(s.Endpoints, readyWithoutZone)
+		}
+	}
+	for k, src := range sources {
+		loc := endpoints.Locality{TrafficDistribution: tds[k.ClusterSet()]}
+		for p := range sources {
+			if p.ClusterSet() == k.ClusterSet() && p.Cluster != k.Cluster && unzoned[p] && (loc.PeersUnzoned == "" || p.Cluster < loc.PeersUnzoned) {
+				loc.PeersUnzoned = p.Cluster
+			}
+		}
+		plan := endpoints.PlanMember(k.Namespace, k.Name, k.Cluster, &src, endpoints.PerClusterOff, endpoints.MemberView{PortClaims: claims[k.ClusterSet()], Locality: loc})
 		want.perCluster[k].slices = plan.Slices.Create
 	}
 	return want
+}
+
+// readyWithoutZone reports whether a hub endpoint is ready, as kube-proxy
+// reads it, and has no zone.
+func readyWithoutZone(ep discoveryv1.Endpoint) bool {
+	return ptr.Deref(ep.Conditions.Ready, true) && ptr.Deref(ep.Zone, "") == ""
+}
+
+// checkHubHints holds the hub's MCS slices to the hint rule, stated here
+// apart from package endpoints: where a service's import prefers the same
+// zone or close and every ready endpoint of every cluster has a zone, each
+// endpoint with a zone is hinted for it alone; otherwise none is hinted.
+// Node hints are never written.
+func checkHubHints(hubSlices []*discoveryv1.EndpointSlice, imports map[Key]*mcsv1beta1.ServiceImport) error {
+	zoned := map[Key]bool{}
+	for _, s := range hubSlices {
+		k, _ := hubKey(s)
+		if _, seen := zoned[k.ClusterSet()]; !seen {
+			zoned[k.ClusterSet()] = true
+		}
+		if slices.ContainsFunc(s.Endpoints, readyWithoutZone) {
+			zoned[k.ClusterSet()] = false
+		}
+	}
+	for _, s := range hubSlices {
+		k, _ := hubKey(s)
+		td := ""
+		if imp := imports[k.ClusterSet()]; imp != nil {
+			td = ptr.Deref(imp.Spec.TrafficDistribution, "")
+		}
+		hinted := zoned[k.ClusterSet()] && (td == corev1.ServiceTrafficDistributionPreferSameZone || td == corev1.ServiceTrafficDistributionPreferClose)
+		for _, ep := range s.Endpoints {
+			var want []discoveryv1.ForZone
+			if zone := ptr.Deref(ep.Zone, ""); hinted && zone != "" {
+				want = []discoveryv1.ForZone{{Name: zone}}
+			}
+			var got []discoveryv1.ForZone
+			if ep.Hints != nil {
+				if len(ep.Hints.ForNodes) > 0 {
+					return fmt.Errorf("slice %s/%s hints %v for nodes", s.Namespace, s.Name, ep.Addresses)
+				}
+				got = ep.Hints.ForZones
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("slice %s/%s hints %v for %v, want %v (import %q, every ready endpoint zoned %v)",
+					s.Namespace, s.Name, ep.Addresses, got, want, td, zoned[k.ClusterSet()])
+			}
+		}
+	}
+	return nil
 }
 
 func sortedMemberNames(members map[string]*simMember) []string {
@@ -185,11 +253,13 @@ func (w *world) check() error {
 	// planner's business.
 	got := map[Key][]string{}
 	recorded := map[Key]bool{}
+	var hubSlices []*discoveryv1.EndpointSlice
 	for _, o := range w.srv.list(resourceEndpointSlice) {
 		s := o.(*discoveryv1.EndpointSlice)
 		if !watched(resourceEndpointSlice, s) {
 			continue
 		}
+		hubSlices = append(hubSlices, s)
 		k, ok := hubKey(s)
 		if !ok || want.perCluster[k] == nil {
 			return fmt.Errorf("hub has slice %s/%s for %v, which is not exported", s.Namespace, s.Name, k)
@@ -216,6 +286,10 @@ func (w *world) check() error {
 		if !slices.Equal(exp, got[k]) {
 			return fmt.Errorf("slices of %s hold %v, want %v", k, got[k], exp)
 		}
+	}
+
+	if err := checkHubHints(hubSlices, imports); err != nil {
+		return err
 	}
 
 	// ServiceImports.

@@ -1,11 +1,9 @@
 package sync
 
 import (
-	"cmp"
 	"math/rand"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -62,10 +60,6 @@ func (q *simQueue) flush() {
 		q.real.Add(k)
 	}
 	q.adds = q.adds[:0]
-}
-
-func compareKeys(a, b Key) int {
-	return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
 func (q *simQueue) Len() int {

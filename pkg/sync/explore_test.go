@@ -377,6 +377,9 @@ func (w *world) putService(m *simMember, ns, name string) {
 	if name == "db" {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
+	if w.rng.Intn(3) == 0 {
+		svc.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+	}
 	m.set(kindService, ns+"/"+name, svc)
 	w.putEndpoints(m, ns, name, ports)
 }
@@ -404,10 +407,18 @@ func (w *world) putEndpoints(m *simMember, ns, name string, ports []corev1.Servi
 		}
 		for j := w.rng.Intn(4); j > 0; j-- {
 			ready := w.rng.Intn(3) > 0
-			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			ep := discoveryv1.Endpoint{
 				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", idx+1, i, w.rng.Intn(250)+1)},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(ready), Terminating: ptr.To(false)},
-			})
+				// The member's own hints, which never reach the hub.
+				Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z9"}}},
+			}
+			// Most endpoints have a zone; one without leaves the service
+			// unhinted in every cluster.
+			if z := w.rng.Intn(8); z > 0 {
+				ep.Zone = ptr.To(fmt.Sprintf("z%d", z%2+1))
+			}
+			s.Endpoints = append(s.Endpoints, ep)
 		}
 		m.set(kindSlice, ns+"/"+s.Name, s)
 	}
@@ -417,6 +428,27 @@ func (w *world) putExport(m *simMember, ns, name string) {
 	m.set(kindExport, ns+"/"+name, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 		UID: k8stypes.UID(fmt.Sprintf("export-%s-%s-%s-%d", m.name, ns, name, w.steps)), Generation: 1,
 		CreationTimestamp: metav1.NewTime(simEpoch.Add(-time.Duration(w.rng.Intn(3)) * time.Minute))}})
+}
+
+// toggleZone gives one endpoint of a member's service a zone, or takes its
+// zone away: whether every ready endpoint of a service has a zone decides
+// the hints of every cluster's hub slices.
+func (w *world) toggleZone(m *simMember, ns, name string) {
+	list := m.truthSlices(ns, name)
+	if len(list) == 0 {
+		return
+	}
+	s := list[w.rng.Intn(len(list))].DeepCopy()
+	if len(s.Endpoints) == 0 {
+		return
+	}
+	ep := &s.Endpoints[w.rng.Intn(len(s.Endpoints))]
+	if ep.Zone != nil {
+		ep.Zone = nil
+	} else {
+		ep.Zone = ptr.To("z1")
+	}
+	m.set(kindSlice, ns+"/"+s.Name, s)
 }
 
 // randomChange is one later change: to a member, to the hub's namespaces,
@@ -442,6 +474,9 @@ func (w *world) randomChange() step {
 			}
 		}}
 	case 2:
+		if w.rng.Intn(2) == 0 {
+			return step{fmt.Sprintf("%s: an endpoint of %s/%s gains or loses its zone", m.name, ns, name), func() { w.toggleZone(m, ns, name) }}
+		}
 		return step{fmt.Sprintf("%s: endpoints of %s/%s changed", m.name, ns, name), func() {
 			if svc := m.truthService(ns, name); svc != nil {
 				w.putEndpoints(m, ns, name, svc.Spec.Ports)

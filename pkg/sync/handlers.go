@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -233,6 +234,9 @@ func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 	h.AddFunc = func(obj interface{}, initialList bool) {
 		add(obj, initialList)
 		c.enqueueMerge(obj)
+		if !initialList {
+			c.queueZonePeers(nil, obj)
+		}
 	}
 	h.UpdateFunc = func(old, cur interface{}) {
 		update(old, cur)
@@ -241,12 +245,57 @@ func (c *Controller) hubHandler(resource string) cache.ResourceEventHandler {
 		if err1 == nil && err2 == nil && o.GetAnnotations()[endpoints.AnnotationExportRecord] != n.GetAnnotations()[endpoints.AnnotationExportRecord] {
 			c.enqueueMerge(cur)
 		}
+		c.queueZonePeers(old, cur)
 	}
 	h.DeleteFunc = func(obj interface{}) {
 		remove(obj)
 		c.enqueueMerge(obj)
+		c.queueZonePeers(obj, nil)
 	}
 	return h
+}
+
+// queueZonePeers queues the member keys of the other sources of a
+// service when a slice event changed whether one source holds a ready
+// endpoint without a zone, and the service's import asks for zone hints:
+// their hints depend on it (endpoints.HintsFor).
+func (c *Controller) queueZonePeers(old, cur interface{}) {
+	unzoned := func(obj interface{}) (*endpoints.SliceDigest, bool) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		d, ok := obj.(*endpoints.SliceDigest)
+		return d, ok && d.Unzoned
+	}
+	o, wasUnzoned := unzoned(old)
+	n, isUnzoned := unzoned(cur)
+	if wasUnzoned == isUnzoned {
+		return
+	}
+	ref := n
+	if ref == nil {
+		ref = o
+	}
+	from, ok := hubKey(ref)
+	if !ok || from.IsClusterSet() {
+		return
+	}
+	imp, err := c.caches.imports.ServiceImports(from.Namespace).Get(from.Name)
+	if err != nil || !endpoints.ZoneHinted(endpoints.ImportLocality(imp)) {
+		return
+	}
+	objs, _ := c.caches.sliceInf.GetIndexer().ByIndex(byService, serviceKey(from))
+	peers := map[Key]bool{}
+	for _, obj := range objs {
+		if m, err := metaOf(obj); err == nil {
+			if k, ok := hubKey(m); ok && k.Cluster != from.Cluster {
+				peers[k] = true
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(peers), compareKeys) {
+		c.queue.addFound(from, k)
+	}
 }
 
 // importHandler extends h, the handler of the ServiceImport cache, to queue

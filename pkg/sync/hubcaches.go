@@ -25,10 +25,12 @@ const (
 	byCluster = "cluster"
 	// bySource indexes our MCS slices by "<namespace>/<service>/<cluster>".
 	bySource = "source"
+	// byService indexes our MCS slices by "<namespace>/<service>".
+	byService = "service"
 )
 
 // hubCaches are the controller's informers of the hub: our objects,
-// indexed byCluster and bySource, the namespaces, and as configured the
+// indexed byCluster, bySource and byService, the namespaces, and as configured the
 // ServiceCIDRs and the member Leases. The controller adds their handlers.
 type hubCaches struct {
 	// starters start the informer factories.
@@ -98,7 +100,7 @@ func newHubCaches(hub kubernetes.Interface, hubMCS mcsclientset.Interface, opts 
 			return nil, err
 		}
 	}
-	if err := h.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex}); err != nil {
+	if err := h.sliceInf.AddIndexers(cache.Indexers{bySource: sourceIndex, byService: serviceIndex}); err != nil {
 		return nil, err
 	}
 	if err := h.importInf.AddIndexers(cache.Indexers{byCluster: importClusterIndex}); err != nil {
@@ -176,6 +178,18 @@ func sourceIndex(obj interface{}) ([]string, error) {
 	}
 	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
 		return []string{sourceKey(k)}, nil
+	}
+	return nil, nil
+}
+
+// serviceIndex is the byService index function.
+func serviceIndex(obj interface{}) ([]string, error) {
+	m, err := metaOf(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if k, ok := hubKey(m); ok && !k.IsClusterSet() {
+		return []string{serviceKey(k)}, nil
 	}
 	return nil, nil
 }

@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"cmp"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,6 +105,14 @@ func sliceSource(resource string, obj hubObject) string {
 }
 
 func sourceKey(k Key) string { return k.Namespace + "/" + k.Name + "/" + k.Cluster }
+
+// compareKeys orders keys by cluster, namespace and name.
+func compareKeys(a, b Key) int {
+	return cmp.Or(strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// serviceKey is the byService index key of the sources of k's service.
+func serviceKey(k Key) string { return k.Namespace + "/" + k.Name }
 
 // metaOf is the metadata of an informer's object, or of the last state of
 // one deleted unseen.

@@ -89,8 +89,36 @@ func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberVi
 		return view, holder, err
 	case ownedBy(imp, key.ClusterSet()):
 		view.PortClaims = endpoints.ImportPortClaims(imp)
+		view.Locality.TrafficDistribution = endpoints.ImportLocality(imp)
+	}
+	if endpoints.ZoneHinted(view.Locality.TrafficDistribution) {
+		if view.Locality.PeersUnzoned, err = r.peersUnzoned(key); err != nil {
+			return view, holder, err
+		}
 	}
 	return view, holder, nil
+}
+
+// peersUnzoned returns the first, by name, of the other clusters whose hub
+// slices of key's service hold a ready endpoint without a zone; "" when
+// none does. It reads the cache alone: a change to a peer's slices queues
+// key when the cache shows it (queueZonePeers).
+func (r *hubReader) peersUnzoned(key Key) (string, error) {
+	objs, err := r.slices.ByIndex(byService, serviceKey(key))
+	if err != nil {
+		return "", err
+	}
+	first := ""
+	for _, o := range objs {
+		s, ok := o.(*endpoints.SliceDigest)
+		if !ok || !s.Unzoned {
+			continue
+		}
+		if k, ok := hubKey(s); ok && k.Cluster != key.Cluster && (first == "" || k.Cluster < first) {
+			first = k.Cluster
+		}
+	}
+	return first, nil
 }
 
 // readImport returns the hub view of a clusterset key, and the object of

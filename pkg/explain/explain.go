@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -110,6 +111,9 @@ type Report struct {
 	Import  *ImportRow  `json:"import,omitempty"`
 	// ImportMissing says why there is no import, when there is none.
 	ImportMissing string `json:"importMissing,omitempty"`
+	// Locality says how the hub's kube-proxy picks among the import's
+	// endpoints; nil without an import.
+	Locality *Locality `json:"locality,omitempty"`
 	// UnreadableRecords names the members whose export record in the hub
 	// cannot be read ("cluster: error"): the daemon's merge waits for
 	// their syncs to rewrite them, and the import does not change until then.
@@ -183,6 +187,7 @@ func Build(in Input) Report {
 	}
 	if in.Import != nil {
 		r.Import = importRow(in.Import, in.Derived)
+		r.Locality = locality(ptr.Deref(in.Import.Spec.TrafficDistribution, ""), members)
 	} else {
 		r.ImportMissing = importMissing(in, len(exports), len(unreadable))
 	}

@@ -526,6 +526,18 @@ func printExplanation(w io.Writer, format string, r explain.Report) error {
 	} else {
 		fmt.Fprintf(w, "ServiceImport %s: none (%s)\n", r.Service, r.ImportMissing)
 	}
+	if l := r.Locality; l != nil {
+		fmt.Fprintf(w, "Locality: %s\n", l.Mode)
+		if l.Why != "" {
+			fmt.Fprintf(w, "  %s\n", l.Why)
+		}
+		for _, h := range l.Hinted {
+			fmt.Fprintf(w, "  ready endpoints of %s\n", h)
+		}
+		for _, n := range l.Nodes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
 	for _, u := range r.UnreadableRecords {
 		fmt.Fprintf(w, "  unreadable export record, the merge waits for its member's sync to rewrite it: %s\n", u)
 	}

@@ -291,7 +291,8 @@ var serviceMutations = []fuzzMutation{
 	}},
 	{"traffic policies", func(rng *rand.Rand, obj map[string]any) {
 		spec(obj)["internalTrafficPolicy"] = []string{"Local", "Bogus", ""}[rng.IntN(3)]
-		spec(obj)["trafficDistribution"] = fuzzText(rng, 100)
+		// Past the API's values, or one that asks the hub for zone hints.
+		spec(obj)["trafficDistribution"] = []string{fuzzText(rng, 100), "PreferSameZone", "PreferClose"}[rng.IntN(3)]
 	}},
 }
 
@@ -459,11 +460,12 @@ func mustJSON(v any) []byte {
 // checkNoRefusedDaemonWrites fails the test for every daemon write the
 // hub's audit log at path shows answered with 400 or above, but 404 on a
 // delete and 409 on an update or patch; for every EndpointSlice the daemon
-// wrote with hints (a member's hints describe its own nodes: the hub's are
-// ours); and when the log shows no daemon write at all.
+// wrote with hints other than its own, for an endpoint's zone (a member's
+// hints describe its own nodes); and when the log shows no daemon write at
+// all.
 func checkNoRefusedDaemonWrites(t *testing.T, path string) {
 	t.Helper()
-	writes, sliceWrites, refused := 0, 0, map[string]int{}
+	writes, sliceWrites, hinted, refused := 0, 0, 0, map[string]int{}
 	for _, ev := range auditAnswers(t, path) {
 		if !strings.HasPrefix(ev.UserAgent, "endpoint-aggregator/") {
 			continue
@@ -473,7 +475,10 @@ func checkNoRefusedDaemonWrites(t *testing.T, path string) {
 			sliceWrites++
 			for _, ep := range ev.RequestObject.Endpoints {
 				if ep.Hints != nil {
-					t.Errorf("hub audit log: %s endpointslices/%s carries hints %v for %v: a member's hints reached the hub", ev.Verb, ev.ObjectRef.Name, ep.Hints, ep.Addresses)
+					hinted++
+				}
+				if !ep.hintedForItsZone() {
+					t.Errorf("hub audit log: %s endpointslices/%s carries hints %+v for %v in zone %v: a member's hints reached the hub", ev.Verb, ev.ObjectRef.Name, *ep.Hints, ep.Addresses, ep.Zone)
 				}
 			}
 		}
@@ -492,5 +497,5 @@ func checkNoRefusedDaemonWrites(t *testing.T, path string) {
 	if sliceWrites == 0 {
 		t.Errorf("hub audit log %s shows no daemon EndpointSlice write with its body: the hints oracle reads nothing", path)
 	}
-	t.Logf("hub audit log: %d daemon writes (%d of EndpointSlices), %d kinds refused", writes, sliceWrites, len(refused))
+	t.Logf("hub audit log: %d daemon writes (%d of EndpointSlices, %d endpoints hinted), %d kinds refused", writes, sliceWrites, hinted, len(refused))
 }

@@ -202,7 +202,20 @@ type auditEndpoint struct {
 	Conditions struct {
 		Ready *bool `json:"ready"`
 	} `json:"conditions"`
-	Hints any `json:"hints"`
+	Zone  *string `json:"zone"`
+	Hints *struct {
+		ForZones []struct {
+			Name string `json:"name"`
+		} `json:"forZones"`
+		ForNodes []any `json:"forNodes"`
+	} `json:"hints"`
+}
+
+// hintedForItsZone reports whether ep's hints, if any, are the ones the
+// daemon writes: one zone, the endpoint's own, and no node.
+func (ep auditEndpoint) hintedForItsZone() bool {
+	h := ep.Hints
+	return h == nil || len(h.ForNodes) == 0 && len(h.ForZones) == 1 && ep.Zone != nil && h.ForZones[0].Name == *ep.Zone
 }
 
 // auditWrites reads the writes to named objects that succeeded from the

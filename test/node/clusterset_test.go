@@ -171,6 +171,11 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 			})
 		}
 	})
+	if family == testenv.FamilyIPv4 {
+		t.Run("zone preference: a z1 node uses only z1 endpoints while one is ready, then the others", func(t *testing.T) {
+			checkZonePreference(t, hub, east, west, clientIP, clusterset)
+		})
+	}
 	t.Run("the headless import resolves to the pods of both members", func(t *testing.T) {
 		var want []string
 		for _, m := range []*testenv.Cluster{east, west} {

@@ -88,9 +88,11 @@ func echoPod(name, cluster string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name: "echo", Image: testenv.EchoImage, ImagePullPolicy: corev1.PullNever,
 				Env: []corev1.EnvVar{{Name: "CLUSTER", Value: cluster}},
+				// /ready answers 503 after /ready?set=false (setReady).
 				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
-					PeriodSeconds: 1,
+					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}},
+					PeriodSeconds:    1,
+					FailureThreshold: 1,
 				},
 			}},
 		},

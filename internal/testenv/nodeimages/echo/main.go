@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,23 @@ func main() {
 	}
 	http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "cluster=%s pod=%s\n", cluster, pod)
+	})
+	// /ready is the readiness probe's: 200 until /ready?set=false, then 503
+	// until /ready?set=true. The server keeps answering "/" either way, so
+	// a test can take a backend out of its Service without stopping it.
+	var notReady atomic.Bool
+	http.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("set") {
+		case "false":
+			notReady.Store(true)
+		case "true":
+			notReady.Store(false)
+		}
+		if notReady.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
 	})
 	// /fetch?url=U&n=N GETs U N times, each on a new connection (so each
 	// may reach another backend), and prints one line per answer: its

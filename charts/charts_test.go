@@ -116,6 +116,9 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 	clusterWide := concat(hubCR.Rules, writerRole.Rules, eventsRole.Rules)
 	writes := concat(writerRole.Rules, eventsRole.Rules)
 	memberReads, memberWrites := splitReads(memberCR.Rules)
+	// A hub that is a member also has its Nodes' zones read, for "this
+	// cluster first".
+	hubNodes := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}
 	own := namespace + "/" + fullname
 
 	for _, tc := range []struct {
@@ -140,7 +143,7 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 		args: []string{"--set", "hubIsMember=true"},
 		clusterRoles: map[string][]rbacv1.PolicyRule{
 			fullname:                 clusterWide,
-			fullname + "-hub-member": memberCR.Rules,
+			fullname + "-hub-member": concat(memberCR.Rules, hubNodes),
 		},
 		roles:          map[string][]rbacv1.PolicyRule{own: hubRole.Rules},
 		serviceAccount: true,
@@ -171,7 +174,7 @@ func TestChartRendersTheRBACOfConfig(t *testing.T) {
 		args: []string{"--set-json", `includeNamespaces=["shop"]`, "--set", "hubIsMember=true"},
 		clusterRoles: map[string][]rbacv1.PolicyRule{
 			fullname:                 hubCR.Rules,
-			fullname + "-hub-member": memberReads,
+			fullname + "-hub-member": concat(memberReads, hubNodes),
 		},
 		roles: map[string][]rbacv1.PolicyRule{
 			own:                                    hubRole.Rules,

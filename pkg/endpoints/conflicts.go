@@ -24,12 +24,15 @@ const (
 	IPFamilyConflict              = ConflictReason(mcsv1beta1.ServiceExportReasonIPFamilyConflict)
 	LabelsConflict                = ConflictReason(mcsv1beta1.ServiceExportReasonLabelsConflict)
 	AnnotationsConflict           = ConflictReason(mcsv1beta1.ServiceExportReasonAnnotationsConflict)
+	// PreferLocalConflict is ours: the exports' AnnotationPreferLocal
+	// differ, and the oldest's is used, as for the spec's fields.
+	PreferLocalConflict = ConflictReason("PreferLocalConflict")
 )
 
 // ConflictReasons lists every ConflictReason, sorted.
 var ConflictReasons = []ConflictReason{
 	AnnotationsConflict, IPFamilyConflict, InternalTrafficPolicyConflict, LabelsConflict, PortConflict,
-	SessionAffinityConfigConflict, SessionAffinityConflict, TrafficDistributionConflict, TypeConflict,
+	PreferLocalConflict, SessionAffinityConfigConflict, SessionAffinityConflict, TrafficDistributionConflict, TypeConflict,
 }
 
 // Conflict reports exports that lost a conflict of one reason.

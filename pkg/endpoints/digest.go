@@ -87,7 +87,7 @@ func hashEndpoints(eps []desiredEndpoint, hints Hints) uint64 {
 	h.SetSeed(hashSeed)
 	writeInt(&h, len(eps))
 	for _, d := range eps {
-		hashMemberEndpoint(&h, d.addr, d.ep, hints.zoneFor(d.ep))
+		hashMemberEndpoint(&h, d.addr, d.ep, hints.zonesFor(d.ep))
 	}
 	return h.Sum64()
 }
@@ -175,9 +175,8 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 }
 
 // hashMemberEndpoint writes what hashEndpoint writes for the endpoint
-// hubEndpointInto makes of ep at addr, hinted for zone ("" for none),
-// without making it.
-func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint, zone string) {
+// hubEndpointInto makes of ep at addr, hinted for zones, without making it.
+func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint, zones []string) {
 	writeInt(h, 1)
 	writeString(h, addr)
 	t := ep.attrs.Value()
@@ -210,11 +209,9 @@ func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint, zone s
 		h.WriteByte(1)
 		writeString(h, f.value)
 	}
-	if zone == "" {
-		writeInt(h, 0)
-	} else {
-		writeInt(h, 1)
-		writeString(h, zone)
+	writeInt(h, len(zones))
+	for _, z := range zones {
+		writeString(h, z)
 	}
 	writeInt(h, 0) // no node hints: a member's nodes are not the hub's
 }

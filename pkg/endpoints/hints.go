@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
@@ -24,15 +26,51 @@ type Locality struct {
 	// PeersUnzoned names another cluster whose hub slices of the service
 	// hold a ready endpoint without a zone; empty when none does.
 	PeersUnzoned string
+	// PreferLocal asks for "this cluster first": the import's
+	// AnnotationPreferLocal, or the daemon's default where it has none.
+	// It takes precedence over zone hints.
+	PreferLocal bool
+	// HubCluster is the hub's own member name, "" when the hub is not a
+	// member; HubZones are the zones of the hub's Nodes, sorted.
+	HubCluster string
+	HubZones   []string
 }
 
-// ImportLocality returns what a member sync reads of imp, one of ours or
-// nil: its trafficDistribution.
-func ImportLocality(imp *mcsv1beta1.ServiceImport) string {
+// RemoteZone is the zone the hub's slices hint other clusters' endpoints
+// for under PreferLocal: a zone no Node has, so that kube-proxy uses them
+// only when no endpoint is hinted for its node's zone, that is, when the
+// hub cluster has no ready endpoint. (A node labelled with it would prefer
+// the other clusters.)
+const RemoteZone = "endpoint-aggregator.io-remote"
+
+// maxZoneHints is how many zones the API takes in one endpoint's hints.
+const maxZoneHints = 8
+
+// ImportLocality is what a member sync reads of an import to hint its
+// slices; member syncs read it again when it changes.
+type ImportLocality struct {
+	// ZoneHinted: the import's trafficDistribution asks for zone hints.
+	ZoneHinted bool
+	// PreferLocal is the import's AnnotationPreferLocal: "true", "false",
+	// or "" for the daemon's default.
+	PreferLocal string
+}
+
+// LocalityOf returns what a member sync reads of imp, one of ours or nil.
+func LocalityOf(imp *mcsv1beta1.ServiceImport) ImportLocality {
 	if imp == nil {
-		return ""
+		return ImportLocality{}
 	}
-	return ptr.Deref(imp.Spec.TrafficDistribution, "")
+	return ImportLocality{ZoneHinted: ZoneHinted(ptr.Deref(imp.Spec.TrafficDistribution, "")), PreferLocal: imp.Annotations[AnnotationPreferLocal]}
+}
+
+// PrefersLocal reports whether an import prefers the hub cluster's
+// endpoints, given the daemon's default.
+func (l ImportLocality) PrefersLocal(byDefault bool) bool {
+	if l.PreferLocal == "" {
+		return byDefault
+	}
+	return l.PreferLocal == "true"
 }
 
 // ZoneHinted reports whether an import with traffic distribution td has its
@@ -46,11 +84,15 @@ func ZoneHinted(td string) bool {
 type Hints struct {
 	// OwnZone hints each endpoint that has a zone for that zone.
 	OwnZone bool
+	// Zones hints every endpoint for these zones (PreferLocal).
+	Zones []string
 }
 
+// none reports whether h hints nothing.
+func (h Hints) none() bool { return !h.OwnZone && len(h.Zones) == 0 }
+
 // HintsFor returns the hints of src's hub slices under loc, and why there
-// are none when the import asks for some: a ready endpoint without a zone,
-// in src or in a peer.
+// are none when the import asks for some.
 func HintsFor(src Source, loc Locality) (Hints, string) {
 	return groupHints(src.Cluster, desiredGroups(src), loc)
 }
@@ -58,6 +100,19 @@ func HintsFor(src Source, loc Locality) (Hints, string) {
 // groupHints is HintsFor for the desired groups of cluster's source: what
 // its hub slices will hold, duplicates resolved.
 func groupHints(cluster string, groups map[string]*sliceGroup, loc Locality) (Hints, string) {
+	if loc.PreferLocal {
+		switch {
+		case loc.HubCluster == "":
+			return Hints{}, "the hub is not a member (--hub-is-member), so no cluster is local"
+		case len(loc.HubZones) == 0:
+			return Hints{}, "no Node of the hub has a zone label"
+		case len(loc.HubZones) > maxZoneHints:
+			return Hints{}, fmt.Sprintf("the hub's Nodes are in %d zones, more than the %d a hint can name", len(loc.HubZones), maxZoneHints)
+		case cluster == loc.HubCluster:
+			return Hints{Zones: loc.HubZones}, ""
+		}
+		return Hints{Zones: []string{RemoteZone}}, ""
+	}
 	if !ZoneHinted(loc.TrafficDistribution) {
 		return Hints{}, ""
 	}
@@ -85,21 +140,31 @@ func zoneOf(ep *MemberEndpoint) string {
 	return t.zone
 }
 
-// zoneFor returns the zone h hints ep for, "" for none.
-func (h Hints) zoneFor(ep *MemberEndpoint) string {
-	if !h.OwnZone {
-		return ""
+// zonesFor returns the zones h hints ep for, nil for none.
+func (h Hints) zonesFor(ep *MemberEndpoint) []string {
+	if len(h.Zones) > 0 {
+		return h.Zones
 	}
-	return zoneOf(ep)
+	if !h.OwnZone {
+		return nil
+	}
+	if z := zoneOf(ep); z != "" {
+		return []string{z}
+	}
+	return nil
 }
 
 // endpointHints returns the hints h gives ep, nil for none.
 func (h Hints) endpointHints(ep *MemberEndpoint) *discoveryv1.EndpointHints {
-	zone := h.zoneFor(ep)
-	if zone == "" {
+	zones := h.zonesFor(ep)
+	if len(zones) == 0 {
 		return nil
 	}
-	return &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}}
+	out := &discoveryv1.EndpointHints{ForZones: make([]discoveryv1.ForZone, len(zones))}
+	for i, z := range zones {
+		out.ForZones[i].Name = z
+	}
+	return out
 }
 
 // unzonedReady reports whether a hub endpoint is ready, as kube-proxy reads

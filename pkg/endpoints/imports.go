@@ -77,6 +77,9 @@ func MergeImport(namespace, name string, exports []Export) ImportResult {
 	}
 	slices.SortFunc(imp.Status.Clusters, func(a, b mcsv1beta1.ClusterStatus) int { return strings.Compare(a.Cluster, b.Cluster) })
 	setImportMeta(imp, labels, annotations)
+	if v, ok := oldest.Service.Annotations[AnnotationPreferLocal]; ok {
+		imp.Annotations[AnnotationPreferLocal] = v
+	}
 	return ImportResult{Import: imp, Conflicts: log.conflicts()}
 }
 
@@ -104,6 +107,7 @@ func checkSpec(oldest, e Export, log *conflictLog) {
 	check(internalTrafficPolicy(o.InternalTrafficPolicy) != internalTrafficPolicy(s.InternalTrafficPolicy),
 		InternalTrafficPolicyConflict, "internalTrafficPolicy")
 	check(ptr.Deref(o.TrafficDistribution, "") != ptr.Deref(s.TrafficDistribution, ""), TrafficDistributionConflict, "trafficDistribution")
+	check(oldest.Service.Annotations[AnnotationPreferLocal] != e.Service.Annotations[AnnotationPreferLocal], PreferLocalConflict, AnnotationPreferLocal)
 	// IP families matter only where both have cluster IPs; a headless
 	// export differing from a ClusterSetIP one is already a TypeConflict.
 	check(!isHeadless(oldest.Service) && !isHeadless(e.Service) && !slices.Equal(o.IPFamilies, s.IPFamilies),

@@ -10,7 +10,7 @@ import (
 )
 
 // importAnnotationKeys are the annotations we always own on a ServiceImport.
-var importAnnotationKeys = []string{AnnotationDerivedService, AnnotationExportedLabels, AnnotationExportedAnnotations}
+var importAnnotationKeys = []string{AnnotationDerivedService, AnnotationExportedLabels, AnnotationExportedAnnotations, AnnotationPreferLocal}
 
 // setImportMeta sets the labels and annotations of imp: the exported ones,
 // ours on top, and the lists of exported keys that let a later update remove

@@ -35,6 +35,13 @@ const (
 	AnnotationExportedLabels      = "endpoint-aggregator.io/exported-labels"
 	AnnotationExportedAnnotations = "endpoint-aggregator.io/exported-annotations"
 
+	// AnnotationPreferLocal on a member Service asks, with "true", that
+	// clients in the hub use the hub cluster's own endpoints while one is
+	// ready ("this cluster first"; see Locality), and with "false" that
+	// they do not, whatever the daemon's default. The merged ServiceImport
+	// carries the oldest export's value under the same key.
+	AnnotationPreferLocal = "endpoint-aggregator.io/prefer-local"
+
 	// AnnotationOverCapacity is set to OverCapacityTruncated on per-cluster
 	// Endpoints that hold only MaxEndpointsAddresses of the member's addresses,
 	// as the upstream Endpoints controller does.

@@ -35,6 +35,7 @@ type exportRecord struct {
 	IPFamilies            []corev1.IPFamily                    `json:"ipFamilies,omitempty"`
 	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
 	TrafficDistribution   *string                              `json:"trafficDistribution,omitempty"`
+	PreferLocal           string                               `json:"preferLocal,omitempty"`
 	ExportedLabels        map[string]string                    `json:"exportedLabels,omitempty"`
 	ExportedAnnotations   map[string]string                    `json:"exportedAnnotations,omitempty"`
 }
@@ -51,6 +52,7 @@ func ExportRecord(e Export) string {
 		IPFamilies:            spec.IPFamilies,
 		InternalTrafficPolicy: spec.InternalTrafficPolicy,
 		TrafficDistribution:   spec.TrafficDistribution,
+		PreferLocal:           e.Service.Annotations[AnnotationPreferLocal],
 		ExportedLabels:        e.ExportedLabels,
 		ExportedAnnotations:   e.ExportedAnnotations,
 	}
@@ -86,6 +88,9 @@ func ParseExportRecord(cluster, namespace, name, record string) (Export, error) 
 			InternalTrafficPolicy: r.InternalTrafficPolicy,
 			TrafficDistribution:   r.TrafficDistribution,
 		},
+	}
+	if r.PreferLocal != "" {
+		svc.Annotations = map[string]string{AnnotationPreferLocal: r.PreferLocal}
 	}
 	switch r.Type {
 	case mcsv1beta1.Headless:

@@ -67,10 +67,18 @@ func SanitizeService(svc *corev1.Service) (*corev1.Service, []string) {
 	if td {
 		problems = append(problems, fmt.Sprintf("traffic distribution %q", *spec.TrafficDistribution))
 	}
+	local, hasLocal := svc.Annotations[AnnotationPreferLocal]
+	badLocal := hasLocal && local != "true" && local != "false"
+	if badLocal {
+		problems = append(problems, fmt.Sprintf("annotation %s %q (neither true nor false)", AnnotationPreferLocal, local))
+	}
 	if len(problems) == 0 {
 		return svc, nil
 	}
 	out := svc.DeepCopy()
+	if badLocal {
+		delete(out.Annotations, AnnotationPreferLocal)
+	}
 	if dropped {
 		out.Spec.Ports = keep
 	}

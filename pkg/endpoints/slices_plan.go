@@ -71,7 +71,7 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		annotations = map[string]string{AnnotationExportRecord: src.Record}
 	}
 	groups := desiredGroups(src)
-	if hints, _ := groupHints(src.Cluster, groups, loc); hints != (Hints{}) {
+	if hints, _ := groupHints(src.Cluster, groups, loc); !hints.none() {
 		for _, g := range groups {
 			g.hints = hints
 		}

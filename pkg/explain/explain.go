@@ -16,7 +16,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
@@ -37,6 +36,10 @@ type Policy struct {
 	// Addresses is the daemon's address policy, the hub's Service ranges
 	// included; a registration may narrow it (Member.AllowedEndpoints).
 	Addresses addresses.Policy
+	// PreferLocal is the daemon's default for "this cluster first";
+	// HubCluster the hub's own member name, "" when it is not a member.
+	PreferLocal bool
+	HubCluster  string
 }
 
 // Input is what explain reads for one service Namespace/Name.
@@ -187,7 +190,7 @@ func Build(in Input) Report {
 	}
 	if in.Import != nil {
 		r.Import = importRow(in.Import, in.Derived)
-		r.Locality = locality(ptr.Deref(in.Import.Spec.TrafficDistribution, ""), members)
+		r.Locality = locality(in.Policy, in.Import, members)
 	} else {
 		r.ImportMissing = importMissing(in, len(exports), len(unreadable))
 	}

@@ -8,6 +8,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
@@ -29,13 +30,19 @@ type Locality struct {
 	Why string `json:"why,omitempty"`
 }
 
-// locality reads the hints of every member's hub slices under td, the
-// import's trafficDistribution.
-func locality(td string, members []Member) *Locality {
+// locality reads the hints of every member's hub slices of imp under the
+// daemon's policy p.
+func locality(p Policy, imp *mcsv1beta1.ServiceImport, members []Member) *Locality {
+	td := ptr.Deref(imp.Spec.TrafficDistribution, "")
 	loc := &Locality{Mode: "spread over every cluster (no trafficDistribution asks for zones)"}
-	if endpoints.ZoneHinted(td) {
+	switch l := endpoints.LocalityOf(imp); {
+	case l.PrefersLocal(p.PreferLocal) && p.HubCluster == "":
+		loc.Mode = "spread over every cluster: it prefers local, but the hub is not a member (--hub-is-member)"
+	case l.PrefersLocal(p.PreferLocal):
+		loc.Mode = fmt.Sprintf("this cluster first: the endpoints of %s, the hub, for every zone of its Nodes; the others' for none (%s)", p.HubCluster, endpoints.RemoteZone)
+	case endpoints.ZoneHinted(td):
 		loc.Mode = td + ": each endpoint hinted for its own zone"
-	} else if td != "" {
+	case td != "":
 		loc.Mode = fmt.Sprintf("spread over every cluster (%s asks for no zone hints)", td)
 	}
 	total, allHinted := 0, true

@@ -2,12 +2,15 @@ package explain
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // zonedMember is a healthy member whose hub slice holds one ready endpoint
@@ -61,5 +64,35 @@ func TestLocalitySaysWhatANodeInEachZoneUses(t *testing.T) {
 				t.Errorf("locality %+v, want nodes %q, why %q", *loc, tt.nodes, tt.why)
 			}
 		})
+	}
+}
+
+// "This cluster first": explain names the mode and shows that a node in a
+// hub zone uses the hub's endpoints, any other node every cluster's.
+func TestLocalitySaysThisClusterFirst(t *testing.T) {
+	hinted := func(m Member, zones ...string) Member {
+		for i := range m.HubSlices[0].Endpoints {
+			m.HubSlices[0].Endpoints[i].Hints = &discoveryv1.EndpointHints{}
+			for _, z := range zones {
+				m.HubSlices[0].Endpoints[i].Hints.ForZones = append(m.HubSlices[0].Endpoints[i].Hints.ForZones, discoveryv1.ForZone{Name: z})
+			}
+		}
+		return m
+	}
+	in := Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Import: imported("east", "hub"),
+		Policy:  Policy{PreferLocal: true, HubCluster: "hub"},
+		Members: []Member{hinted(zonedMember("east", false, "z1"), endpoints.RemoteZone), hinted(zonedMember("hub", false, "z1", "z2"), "z1", "z2")}}
+	loc := Build(in).Locality
+	if !strings.HasPrefix(loc.Mode, "this cluster first") {
+		t.Errorf("mode %q", loc.Mode)
+	}
+	want := []string{"a node in " + endpoints.RemoteZone + ": east 1", "a node in z1: hub 2", "a node in z2: hub 2",
+		"a node in another zone or without a zone label: all 3 ready endpoint(s)"}
+	if !slices.Equal(loc.Nodes, want) {
+		t.Errorf("nodes %q, want %q", loc.Nodes, want)
+	}
+	in.Policy.HubCluster = ""
+	if loc := Build(in).Locality; !strings.Contains(loc.Mode, "the hub is not a member") {
+		t.Errorf("without the hub as a member: mode %q", loc.Mode)
 	}
 }

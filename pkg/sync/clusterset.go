@@ -116,14 +116,14 @@ func (c *Controller) registered() []string {
 // importReaders are the member keys of the clusters a ServiceImport
 // listed before a change or lists after it, when the change altered what
 // their syncs read of it: the ports it claims from their exports
-// (endpoints.ImportPortClaims), which their MCS slices follow, whether it
-// asks for zone hints (endpoints.ImportLocality), or, where
+// (endpoints.ImportPortClaims), which their MCS slices follow, what it asks
+// of their hints (endpoints.LocalityOf), or, where
 // ServiceExport conditions are written, the clusters it lists and its
 // Conflict condition, which their syncs copy onto the ServiceExports.
 func (c *Controller) importReaders(key Key, before, after *mcsv1beta1.ServiceImport) []Key {
 	changed := c.writesExportStatus() && exportFacing(before) != exportFacing(after) ||
 		!endpoints.ImportPortClaims(before).Equal(endpoints.ImportPortClaims(after)) ||
-		endpoints.ZoneHinted(endpoints.ImportLocality(before)) != endpoints.ZoneHinted(endpoints.ImportLocality(after))
+		endpoints.LocalityOf(before) != endpoints.LocalityOf(after)
 	// Every cluster of both when what they read changed; else only those
 	// newly listed, which may have read an import that did not count them
 	// yet (their record reached the merging replica late).

@@ -60,6 +60,13 @@ type Options struct {
 	// Sharding, when replicas share the members, says which keys this
 	// one writes; nil: all of them.
 	Sharding Sharding
+	// HubCluster is the hub's own member name where the hub is a member
+	// (--hub-is-member); "" otherwise. Then the hub's Nodes are read for
+	// their zones, which "this cluster first" hints for.
+	HubCluster string
+	// PreferLocal is "this cluster first" for the imports whose exports
+	// do not say (endpoints.AnnotationPreferLocal).
+	PreferLocal bool
 }
 
 // Clock is the time the controller reads and the timers it sets:
@@ -96,6 +103,8 @@ type Controller struct {
 
 	// caches are the hub informers; read reads through them.
 	caches *hubCaches
+	// zones are the zones of the hub's Nodes, where the hub is a member.
+	zones *hubZones
 
 	// failures decides which sync failures are logged loud.
 	failures *failureLog
@@ -162,10 +171,15 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		return nil, err
 	}
 	c.caches = caches
+	c.zones = &hubZones{}
+	c.report.imports, c.report.preferLocal = caches.imports, opts.PreferLocal
+	if opts.HubCluster != "" {
+		c.report.zones = c.zones
+	}
 	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
 		c.members = leaseMembers{Members: members, c: c}
 	}
-	c.read = newHubReader(caches, c.written, &c.taken,
+	c.read = newHubReader(caches, c.written, &c.taken, localityOptions{preferLocal: opts.PreferLocal, hubCluster: opts.HubCluster, zones: c.zones.get},
 		func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
 			return hub.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
@@ -184,6 +198,11 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	}
 	if caches.cidrInf != nil {
 		if _, err := caches.cidrInf.AddEventHandler(changeHandler(c.serviceRangesChanged)); err != nil {
+			return nil, err
+		}
+	}
+	if caches.nodeInf != nil {
+		if _, err := caches.nodeInf.AddEventHandler(changeHandler(c.nodesChanged)); err != nil {
 			return nil, err
 		}
 	}

@@ -77,7 +77,7 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		imp := res.Import.DeepCopy()
 		imp.Status.Conditions = endpoints.ImportConditions(res.Conflicts, 0)
 		claims[k] = endpoints.ImportPortClaims(imp)
-		tds[k] = endpoints.ImportLocality(imp)
+		tds[k] = ptr.Deref(imp.Spec.TrafficDistribution, "")
 	}
 	// The MCS slices leave out the ports an export lost to another, and are
 	// hinted when the import asks and no source's hub slices hold a ready

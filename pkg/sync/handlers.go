@@ -281,7 +281,10 @@ func (c *Controller) queueZonePeers(old, cur interface{}) {
 		return
 	}
 	imp, err := c.caches.imports.ServiceImports(from.Namespace).Get(from.Name)
-	if err != nil || !endpoints.ZoneHinted(endpoints.ImportLocality(imp)) {
+	if err != nil {
+		return
+	}
+	if l := endpoints.LocalityOf(imp); !l.ZoneHinted || l.PrefersLocal(c.opts.PreferLocal) {
 		return
 	}
 	objs, _ := c.caches.sliceInf.GetIndexer().ByIndex(byService, serviceKey(from))

@@ -53,6 +53,10 @@ type hubCaches struct {
 	// without member Leases (Options.LeaseNamespace).
 	leaseInf     cache.SharedIndexInformer
 	memberLeases coordinationlisters.LeaseNamespaceLister
+	// nodeInf caches the hub's Nodes, reduced to their zones (watchNodes),
+	// where the hub is a member (Options.HubCluster); else both are nil.
+	nodeInf cache.SharedIndexInformer
+	nodes   corelisters.NodeLister
 }
 
 // newHubCaches builds the hub informers, not started; the member Leases
@@ -94,6 +98,9 @@ func newHubCaches(hub kubernetes.Interface, hubMCS mcsclientset.Interface, opts 
 	}
 	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
 		h.watchMemberLeases(opts.LeaseClient, opts.LeaseNamespace)
+	}
+	if opts.HubCluster != "" {
+		h.watchNodes(hub)
 	}
 	for _, inf := range []cache.SharedIndexInformer{h.serviceInf, h.endpointInf, h.sliceInf} {
 		if err := inf.AddIndexers(cache.Indexers{byCluster: clusterIndex}); err != nil {
@@ -141,7 +148,7 @@ func (h *hubCaches) start(stop <-chan struct{}) {
 func (h *hubCaches) hasSynced() bool {
 	return h.serviceInf.HasSynced() && h.endpointInf.HasSynced() && h.sliceInf.HasSynced() &&
 		h.importInf.HasSynced() && h.nsInf.HasSynced() && (h.cidrInf == nil || h.cidrInf.HasSynced()) &&
-		(h.leaseInf == nil || h.leaseInf.HasSynced())
+		(h.leaseInf == nil || h.leaseInf.HasSynced()) && (h.nodeInf == nil || h.nodeInf.HasSynced())
 }
 
 // clusterIndex is the byCluster index function.

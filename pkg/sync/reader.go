@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
@@ -38,18 +39,27 @@ type hubReader struct {
 	taken      *taken
 	getService func(ctx context.Context, namespace, name string) (*corev1.Service, error)
 	getImport  func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error)
+	locality   localityOptions
+}
+
+// localityOptions are what the reader needs besides the caches to read a
+// member key's endpoints.Locality.
+type localityOptions struct {
+	preferLocal bool
+	hubCluster  string
+	zones       func() []string // the hub's Nodes' zones, sorted
 }
 
 // newHubReader reads through the hub caches; getService and getImport
 // read past them.
-func newHubReader(caches *hubCaches, written *written, taken *taken,
+func newHubReader(caches *hubCaches, written *written, taken *taken, locality localityOptions,
 	getService func(ctx context.Context, namespace, name string) (*corev1.Service, error),
 	getImport func(ctx context.Context, namespace, name string) (*mcsv1beta1.ServiceImport, error),
 ) *hubReader {
 	return &hubReader{
 		services: caches.services, endpoints: caches.endpointInf.GetIndexer(), slices: caches.sliceInf.GetIndexer(),
 		imports: caches.imports, namespaces: caches.namespaces, ranges: caches.ranges, written: written, taken: taken,
-		getService: getService, getImport: getImport,
+		getService: getService, getImport: getImport, locality: locality,
 	}
 }
 
@@ -89,9 +99,13 @@ func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberVi
 		return view, holder, err
 	case ownedBy(imp, key.ClusterSet()):
 		view.PortClaims = endpoints.ImportPortClaims(imp)
-		view.Locality.TrafficDistribution = endpoints.ImportLocality(imp)
+		view.Locality.TrafficDistribution = ptr.Deref(imp.Spec.TrafficDistribution, "")
+		if endpoints.LocalityOf(imp).PrefersLocal(r.locality.preferLocal) {
+			view.Locality.PreferLocal = true
+			view.Locality.HubCluster, view.Locality.HubZones = r.locality.hubCluster, r.locality.zones()
+		}
 	}
-	if endpoints.ZoneHinted(view.Locality.TrafficDistribution) {
+	if !view.Locality.PreferLocal && endpoints.ZoneHinted(view.Locality.TrafficDistribution) {
 		if view.Locality.PeersUnzoned, err = r.peersUnzoned(key); err != nil {
 			return view, holder, err
 		}

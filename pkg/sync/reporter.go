@@ -2,6 +2,8 @@ package sync
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+	mcslisters "sigs.k8s.io/mcs-api/pkg/client/listers/apis/v1beta1"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/addresses"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -25,6 +27,12 @@ var (
 	conflictedImportsDesc = prometheus.NewDesc(namespace+"_conflicted_imports",
 		"ServiceImports whose exports conflict, by reason (PortConflict, TypeConflict, LabelsConflict, ...; an import counts once under each of its reasons). Published by the replica that merges.",
 		[]string{"reason"}, nil)
+	localityImportsDesc = prometheus.NewDesc(namespace+"_imports_by_locality",
+		"Our ServiceImports by the locality their hub slices' hints ask of kube-proxy: spread (none), same-zone (PreferSameZone and PreferClose) or prefer-local (the hub cluster's endpoints first). Published by the replica that merges.",
+		[]string{"mode"}, nil)
+	unzonedNodesDesc = prometheus.NewDesc(namespace+"_hub_nodes_without_zone",
+		"Hub Nodes without a topology.kubernetes.io/zone label, where the hub is a member: kube-proxy on them uses every cluster's endpoints, even for imports that prefer the hub cluster's.",
+		nil, nil)
 )
 
 // reporter is the prometheus.Collector of the per-cluster gauges. They are
@@ -35,6 +43,12 @@ type reporter struct {
 	waits    *waits
 	written  *written
 	sharding Sharding
+	// imports lists the hub's ServiceImports of ours; nil until the hub
+	// caches exist. preferLocal is the daemon's default for them.
+	imports     mcslisters.ServiceImportLister
+	preferLocal bool
+	// zones are the hub's Nodes' zones where the hub is a member; else nil.
+	zones *hubZones
 }
 
 // Describe implements prometheus.Collector.
@@ -46,6 +60,8 @@ func (r reporter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- refusedEndpointsDesc
 	ch <- refusedServicesDesc
 	ch <- conflictedImportsDesc
+	ch <- localityImportsDesc
+	ch <- unzonedNodesDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -66,8 +82,43 @@ func (r reporter) Collect(ch chan<- prometheus.Metric) {
 	for reason, n := range r.conflictedImports() {
 		ch <- prometheus.MustNewConstMetric(conflictedImportsDesc, prometheus.GaugeValue, float64(n), string(reason))
 	}
+	for mode, n := range r.localityImports() {
+		ch <- prometheus.MustNewConstMetric(localityImportsDesc, prometheus.GaugeValue, float64(n), mode)
+	}
+	if r.zones != nil {
+		ch <- prometheus.MustNewConstMetric(unzonedNodesDesc, prometheus.GaugeValue, float64(r.zones.unzonedNodes()))
+	}
 	ch <- prometheus.MustNewConstMetric(waitingKeysDesc, prometheus.GaugeValue, float64(r.waits.len()))
 	ch <- prometheus.MustNewConstMetric(unechoedWritesDesc, prometheus.GaugeValue, float64(r.written.len()))
+}
+
+// localityImports counts our imports by locality mode, zeros included; nil
+// when this replica does not merge.
+func (r reporter) localityImports() map[string]int {
+	if sh := r.sharding; sh != nil {
+		if merging, _ := sh.Merging(); !merging {
+			return nil
+		}
+	}
+	if r.imports == nil {
+		return nil
+	}
+	list, err := r.imports.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{"spread": 0, "same-zone": 0, "prefer-local": 0}
+	for _, imp := range list {
+		switch l := endpoints.LocalityOf(imp); {
+		case l.PrefersLocal(r.preferLocal):
+			out["prefer-local"]++
+		case l.ZoneHinted:
+			out["same-zone"]++
+		default:
+			out["spread"]++
+		}
+	}
+	return out
 }
 
 // conflictedImports counts the imports whose exports conflict, by reason

@@ -149,6 +149,10 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if o.sharded() {
 		sharding = &shardView{d: d}
 	}
+	hubCluster := ""
+	if o.HubIsMember {
+		hubCluster = o.HubClusterName
+	}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
 		Workers:             o.Workers,
 		Export:              o.exportPolicy(),
@@ -167,6 +171,8 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		MaxMemberServices:   o.MaxMemberServices,
 		MaxMemberEndpoints:  o.MaxMemberEndpoints,
 		Sharding:            sharding,
+		HubCluster:          hubCluster,
+		PreferLocal:         o.PreferLocal,
 	})
 	if err != nil {
 		return nil, err

@@ -51,6 +51,7 @@ type explainOptions struct {
 	UnreachableWithdraw time.Duration
 	HubIsMember         bool
 	HubClusterName      string
+	PreferLocal         bool
 	// The daemon's address policy; the hub's ServiceCIDRs are read unless
 	// HubServiceCIDRs is set.
 	DeniedEndpointCIDRs  []string
@@ -132,6 +133,7 @@ member, e.g.:
 	fs.DurationVar(&o.UnreachableWithdraw, "unreachable-withdraw", o.UnreachableWithdraw, "The daemon's --unreachable-withdraw.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "The daemon's --hub-is-member.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "The daemon's --hub-cluster-name.")
+	fs.BoolVar(&o.PreferLocal, "prefer-local", o.PreferLocal, "The daemon's --prefer-local.")
 	fs.StringSliceVar(&o.DeniedEndpointCIDRs, "denied-endpoint-cidrs", o.DeniedEndpointCIDRs, "The daemon's --denied-endpoint-cidrs.")
 	fs.StringSliceVar(&o.AllowedEndpointCIDRs, "allowed-endpoint-cidrs", o.AllowedEndpointCIDRs, "The daemon's --allowed-endpoint-cidrs.")
 	fs.StringSliceVar(&o.HubServiceCIDRs, "hub-service-cidrs", o.HubServiceCIDRs, "The daemon's --hub-service-cidrs (default: read the hub's ServiceCIDRs).")
@@ -198,7 +200,11 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 		Export:           easync.ExportPolicy{Mode: mode, Include: sets.New(o.IncludeNamespaces...), Exclude: sets.New(o.ExcludeNamespaces...), Own: o.kube.Namespace},
 		CreateNamespaces: o.CreateNamespaces,
 		PerCluster:       pc, UnreachableGrace: o.UnreachableGrace, UnreachableWithdraw: o.UnreachableWithdraw,
+		PreferLocal: o.PreferLocal,
 	}}
+	if o.HubIsMember {
+		in.Policy.HubCluster = o.HubClusterName
+	}
 	in.Policy.Addresses = o.addressPolicy(ctx, hub, warn)
 	secrets, err := hub.kube.CoreV1().Secrets(o.kube.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.Set{clusters.LabelMemberCluster: clusters.MemberClusterValue}.String()})

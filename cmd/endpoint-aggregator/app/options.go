@@ -52,6 +52,7 @@ type Options struct {
 	MaxMemberReadEndpoints int
 	PerClusterServices     string
 	CreateNamespaces       bool
+	PreferLocal            bool
 	MemberSyncTimeout      time.Duration
 	WriteExportStatus      bool
 	UnreachableGrace       time.Duration
@@ -167,6 +168,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ProbeTimeout, "member-probe-timeout", o.ProbeTimeout, "How long a member probe may take; a member is seen unreachable within interval + timeout.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "Also aggregate the hub's own exported Services, as member --hub-cluster-name, without a Secret.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "Cluster name of the hub when --hub-is-member.")
+	fs.BoolVar(&o.PreferLocal, "prefer-local", o.PreferLocal, "With --hub-is-member: hint the hub's endpoints so that its kube-proxy uses the hub cluster's own ready endpoints first, the others when it has none, for every import whose exports do not set the endpoint-aggregator.io/prefer-local annotation.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowExec, "allow-kubeconfig-exec", false, "Allow exec credential plugins in member kubeconfigs (runs commands!).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowAuthProvider, "allow-kubeconfig-auth-provider", false, "Allow auth-provider plugins in member kubeconfigs.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowTokenFile, "allow-kubeconfig-token-file", false, "Allow tokenFile in member kubeconfigs (reads local files).")

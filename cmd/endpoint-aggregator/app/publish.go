@@ -29,6 +29,7 @@ func (o *Options) published() daemonconfig.Config {
 		"per-cluster-services":       o.PerClusterServices,
 		"hub-is-member":              b(o.HubIsMember),
 		"hub-cluster-name":           o.HubClusterName,
+		"prefer-local":               b(o.PreferLocal),
 		"unreachable-grace":          o.UnreachableGrace.String(),
 		"unreachable-withdraw":       o.UnreachableWithdraw.String(),
 		"member-lease-duration":      o.MemberLeaseDuration.String(),

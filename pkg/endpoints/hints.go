@@ -92,7 +92,8 @@ type Hints struct {
 func (h Hints) none() bool { return !h.OwnZone && len(h.Zones) == 0 }
 
 // HintsFor returns the hints of src's hub slices under loc, and why there
-// are none when the import asks for some.
+// are none when the import asks for some. "This cluster first" needs the
+// hub to be a member; where it cannot be had, zone preference still can.
 func HintsFor(src Source, loc Locality) (Hints, string) {
 	return groupHints(src.Cluster, desiredGroups(src), loc)
 }
@@ -100,21 +101,21 @@ func HintsFor(src Source, loc Locality) (Hints, string) {
 // groupHints is HintsFor for the desired groups of cluster's source: what
 // its hub slices will hold, duplicates resolved.
 func groupHints(cluster string, groups map[string]*sliceGroup, loc Locality) (Hints, string) {
-	if loc.PreferLocal {
+	why := ""
+	if loc.PreferLocal && loc.HubCluster != "" {
 		switch {
-		case loc.HubCluster == "":
-			return Hints{}, "the hub is not a member (--hub-is-member), so no cluster is local"
 		case len(loc.HubZones) == 0:
-			return Hints{}, "no Node of the hub has a zone label"
+			why = "no Node of the hub has a zone label"
 		case len(loc.HubZones) > maxZoneHints:
-			return Hints{}, fmt.Sprintf("the hub's Nodes are in %d zones, more than the %d a hint can name", len(loc.HubZones), maxZoneHints)
+			why = fmt.Sprintf("the hub's Nodes are in %d zones, more than the %d a hint can name", len(loc.HubZones), maxZoneHints)
 		case cluster == loc.HubCluster:
 			return Hints{Zones: loc.HubZones}, ""
+		default:
+			return Hints{Zones: []string{RemoteZone}}, ""
 		}
-		return Hints{Zones: []string{RemoteZone}}, ""
 	}
 	if !ZoneHinted(loc.TrafficDistribution) {
-		return Hints{}, ""
+		return Hints{}, why
 	}
 	if loc.PeersUnzoned != "" {
 		return Hints{}, "cluster " + loc.PeersUnzoned + " has a ready endpoint without a zone"

@@ -284,7 +284,7 @@ func (c *Controller) queueZonePeers(old, cur interface{}) {
 	if err != nil {
 		return
 	}
-	if l := endpoints.LocalityOf(imp); !l.ZoneHinted || l.PrefersLocal(c.opts.PreferLocal) {
+	if !endpoints.LocalityOf(imp).ZoneHinted {
 		return
 	}
 	objs, _ := c.caches.sliceInf.GetIndexer().ByIndex(byService, serviceKey(from))

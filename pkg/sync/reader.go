@@ -100,12 +100,14 @@ func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberVi
 	case ownedBy(imp, key.ClusterSet()):
 		view.PortClaims = endpoints.ImportPortClaims(imp)
 		view.Locality.TrafficDistribution = ptr.Deref(imp.Spec.TrafficDistribution, "")
-		if endpoints.LocalityOf(imp).PrefersLocal(r.locality.preferLocal) {
+		if r.locality.hubCluster != "" && endpoints.LocalityOf(imp).PrefersLocal(r.locality.preferLocal) {
 			view.Locality.PreferLocal = true
 			view.Locality.HubCluster, view.Locality.HubZones = r.locality.hubCluster, r.locality.zones()
 		}
 	}
-	if !view.Locality.PreferLocal && endpoints.ZoneHinted(view.Locality.TrafficDistribution) {
+	// Zone preference stands in for "this cluster first" where the hub's
+	// zones cannot be hinted: read what it needs either way.
+	if endpoints.ZoneHinted(view.Locality.TrafficDistribution) {
 		if view.Locality.PeersUnzoned, err = r.peersUnzoned(key); err != nil {
 			return view, holder, err
 		}

@@ -56,6 +56,9 @@ type Input struct {
 	Derived *corev1.Service
 	// Members are the registered members, in any order.
 	Members []Member
+	// HubNodesWithoutZone names the hub's Nodes without a zone label,
+	// where the hub is a member: they cannot prefer its endpoints.
+	HubNodesWithoutZone []string
 }
 
 // Member is what explain read of one member, and of its part in the hub.
@@ -191,6 +194,10 @@ func Build(in Input) Report {
 	if in.Import != nil {
 		r.Import = importRow(in.Import, in.Derived)
 		r.Locality = locality(in.Policy, in.Import, members)
+		if n := len(in.HubNodesWithoutZone); n > 0 && r.Locality.Preferring {
+			r.Locality.Nodes = append(r.Locality.Nodes, fmt.Sprintf("%d hub Node(s) without a zone label, which use every cluster's endpoints: %s",
+				n, strings.Join(in.HubNodesWithoutZone, ", ")))
+		}
 	} else {
 		r.ImportMissing = importMissing(in, len(exports), len(unreadable))
 	}

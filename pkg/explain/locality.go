@@ -28,6 +28,9 @@ type Locality struct {
 	// Why says why the endpoints carry no hints where the import asks for
 	// them.
 	Why string `json:"why,omitempty"`
+	// Preferring: the import prefers the hub cluster's endpoints, and the
+	// hub is a member.
+	Preferring bool `json:"preferring,omitempty"`
 }
 
 // locality reads the hints of every member's hub slices of imp under the
@@ -35,15 +38,19 @@ type Locality struct {
 func locality(p Policy, imp *mcsv1beta1.ServiceImport, members []Member) *Locality {
 	td := ptr.Deref(imp.Spec.TrafficDistribution, "")
 	loc := &Locality{Mode: "spread over every cluster (no trafficDistribution asks for zones)"}
-	switch l := endpoints.LocalityOf(imp); {
-	case l.PrefersLocal(p.PreferLocal) && p.HubCluster == "":
-		loc.Mode = "spread over every cluster: it prefers local, but the hub is not a member (--hub-is-member)"
-	case l.PrefersLocal(p.PreferLocal):
-		loc.Mode = fmt.Sprintf("this cluster first: the endpoints of %s, the hub, for every zone of its Nodes; the others' for none (%s)", p.HubCluster, endpoints.RemoteZone)
+	switch {
 	case endpoints.ZoneHinted(td):
 		loc.Mode = td + ": each endpoint hinted for its own zone"
 	case td != "":
 		loc.Mode = fmt.Sprintf("spread over every cluster (%s asks for no zone hints)", td)
+	}
+	if endpoints.LocalityOf(imp).PrefersLocal(p.PreferLocal) {
+		if p.HubCluster == "" {
+			loc.Mode += "; it prefers local, but the hub is not a member (--hub-is-member)"
+		} else {
+			loc.Preferring = true
+			loc.Mode = fmt.Sprintf("this cluster first: the endpoints of %s, the hub, for every zone of its Nodes; the others' for a zone no Node has (%s)", p.HubCluster, endpoints.RemoteZone)
+		}
 	}
 	total, allHinted := 0, true
 	byZone := map[string]map[string]int{} // zone, cluster: ready endpoints hinted for it

@@ -91,6 +91,10 @@ func TestLocalitySaysThisClusterFirst(t *testing.T) {
 	if !slices.Equal(loc.Nodes, want) {
 		t.Errorf("nodes %q, want %q", loc.Nodes, want)
 	}
+	in.HubNodesWithoutZone = []string{"n3"}
+	if loc := Build(in).Locality; !strings.HasPrefix(loc.Nodes[len(loc.Nodes)-1], "1 hub Node(s) without a zone label") {
+		t.Errorf("a hub Node without a zone is not said: %q", loc.Nodes)
+	}
 	in.Policy.HubCluster = ""
 	if loc := Build(in).Locality; !strings.Contains(loc.Mode, "the hub is not a member") {
 		t.Errorf("without the hub as a member: mode %q", loc.Mode)

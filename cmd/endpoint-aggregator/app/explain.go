@@ -238,6 +238,18 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 	if svc, err := hub.kube.CoreV1().Services(o.namespace).Get(ctx, endpoints.DerivedServiceName(o.namespace, o.service), metav1.GetOptions{}); err == nil {
 		in.Derived = svc
 	}
+	if o.HubIsMember {
+		// "This cluster first" hints for the zones of the hub's Nodes.
+		if nodes, err := hub.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+			warn("listing the hub's Nodes: %v; their zones are not shown", err)
+		} else {
+			for _, n := range nodes.Items {
+				if n.Labels[corev1.LabelTopologyZone] == "" {
+					in.HubNodesWithoutZone = append(in.HubNodesWithoutZone, n.Name)
+				}
+			}
+		}
+	}
 	syncErrors := map[string]string{}
 	if list, err := hub.kube.CoreV1().Events(o.namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 		"involvedObject.kind": "ServiceImport", "involvedObject.name": o.service}.String()}); err != nil {

@@ -210,15 +210,8 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 		})
 	}
 	t.Run("scaling a member to zero moves every request to the other", func(t *testing.T) {
-		scale, err := east.Client.AppsV1().Deployments(appNS).GetScale(ctx, "echo", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		scale.Spec.Replicas = 0
 		start := time.Now()
-		if _, err := east.Client.AppsV1().Deployments(appNS).UpdateScale(ctx, "echo", scale, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		scaleEcho(t, east, 0)
 		eventually(t, time.Minute, func() error {
 			by, failed, err := answers(clientIP, clusterset, 20)
 			if err != nil {
@@ -388,6 +381,11 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 			}
 		}
 	})
+	if family == testenv.FamilyIPv4 {
+		t.Run("this cluster first: with the hub a member, its clients use its own backends while one is ready, then the others", func(t *testing.T) {
+			checkThisClusterFirst(t, hub, east, reg, current, clientIP, clusterset)
+		})
+	}
 	t.Run("helm uninstall leaves the members untouched", func(t *testing.T) {
 		memberState := func() string {
 			var b strings.Builder

@@ -13,8 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // checkZonePreference puts the hub's node and east's in zone z1 and west's
@@ -189,5 +191,109 @@ func setReady(t *testing.T, c *testenv.Cluster, ready bool) {
 		if _, err := get(podURL(p.Status.PodIP, fmt.Sprintf("/ready?set=%t", ready))); err != nil && ready {
 			t.Fatalf("%s: pod %s: %v", c.Name, p.Name, err)
 		}
+	}
+}
+
+// checkThisClusterFirst makes the hub a member that prefers its own
+// endpoints (helm upgrade with hubIsMember and preferLocal), its node in
+// zone z1, and has it export echo too. The daemon hints the hub's
+// endpoints for z1 and east's and west's for a zone no Node has, so the
+// client on the hub node reaches only the hub's backends while one is
+// ready, east and west the moment none is, and the hub again once it is
+// back.
+func checkThisClusterFirst(t *testing.T, hub, east *testenv.Cluster, reg *testenv.Registry, rel *testenv.Release, clientIP, target string) {
+	ctx := context.Background()
+	scaleEcho(t, east, 2) // an earlier subtest scaled it to zero
+	labelNodeZone(t, hub, "z1")
+	t.Cleanup(func() { labelNodeZone(t, hub, "") })
+	helm(t, hub.KubeconfigPath, "upgrade", release, rel.ChartRef, "--version", rel.ChartVersion, "--ca-file", reg.CAFile,
+		"-n", daemonNS, "--reuse-values", "--set", "hubIsMember=true", "--set", "preferLocal=true", "--wait", "--timeout", "3m")
+	if _, err := hub.Client.AppsV1().Deployments(appNS).Create(ctx, echoDeployment(appNS, "hub", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.Client.CoreV1().Services(appNS).Create(ctx, echoService(appNS, "echo", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mcs := mcsclientset.NewForConfigOrDie(hub.Config)
+	if _, err := mcs.MulticlusterV1beta1().ServiceExports(appNS).Create(ctx, &mcsv1beta1.ServiceExport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: "echo"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = mcs.MulticlusterV1beta1().ServiceExports(appNS).Delete(ctx, "echo", metav1.DeleteOptions{})
+		_ = hub.Client.CoreV1().Services(appNS).Delete(ctx, "echo", metav1.DeleteOptions{})
+		_ = hub.Client.AppsV1().Deployments(appNS).Delete(ctx, "echo", metav1.DeleteOptions{})
+	})
+	eventually(t, 3*time.Minute, func() error {
+		return hubHints(hub, map[string]string{"hub": "z1", "east": endpoints.RemoteZone, "west": endpoints.RemoteZone})
+	})
+
+	const n = 200
+	check := func(want func(by map[string]int) bool, what string) {
+		t.Helper()
+		eventually(t, time.Minute, func() error {
+			by, failed, err := answers(clientIP, target, n)
+			if err != nil {
+				return err
+			}
+			if !want(by) || failed > 0 {
+				return fmt.Errorf("%d requests from the hub node: answers by cluster %v, %d failed; want %s", n, by, failed, what)
+			}
+			t.Logf("%d requests from the hub node: %v", n, by)
+			return nil
+		})
+	}
+	onlyHub := func(by map[string]int) bool { return by["hub"] == n }
+	check(onlyHub, "all from the hub")
+
+	setReady(t, hub, false)
+	changed := time.Now()
+	var firstRemote time.Duration
+	sent, failed := 0, 0
+	var why []string
+	for streak := 0; streak < 40; {
+		if time.Since(changed) > 2*time.Minute {
+			t.Fatalf("2m after the hub's backends went not ready: %d requests, %d failed, the last %d all remote; first failures %q", sent, failed, streak, why)
+		}
+		by, fails, err := answersWhy(clientIP, target, 5)
+		if err != nil {
+			fails = []string{err.Error()}
+		}
+		sent += 5
+		failed += len(fails)
+		if len(why) < 5 {
+			why = append(why, fails...)
+		}
+		if by["east"]+by["west"] > 0 && firstRemote == 0 {
+			firstRemote = time.Since(changed)
+		}
+		if by["east"]+by["west"] == 5 {
+			streak += 5
+		} else {
+			streak = 0
+		}
+	}
+	t.Logf("the hub's backends not ready: the first answer from another cluster came %s later; %d of %d requests failed meanwhile %q",
+		firstRemote.Round(10*time.Millisecond), failed, sent, why)
+	if failed*10 > sent {
+		t.Errorf("%d of %d requests failed while the hub's backends went not ready: %q", failed, sent, why)
+	}
+	check(func(by map[string]int) bool { return by["hub"] == 0 && by["east"] > 0 && by["west"] > 0 }, "none from the hub, some from east and from west")
+
+	setReady(t, hub, true)
+	check(onlyHub, "all from the hub again")
+}
+
+// scaleEcho sets the replicas of c's echo Deployment.
+func scaleEcho(t *testing.T, c *testenv.Cluster, replicas int32) {
+	t.Helper()
+	ctx := context.Background()
+	scale, err := c.Client.AppsV1().Deployments(appNS).GetScale(ctx, "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = replicas
+	if _, err := c.Client.AppsV1().Deployments(appNS).UpdateScale(ctx, "echo", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -35,10 +35,34 @@ type wantImport struct {
 	conflicts []endpoints.Conflict
 }
 
+// simLocality is what the daemon's hints depend on besides the members:
+// the hub's own member name ("" when it is none), the daemon's
+// --prefer-local, and the zones of the hub's Nodes.
+type simLocality struct {
+	hubCluster  string
+	preferLocal bool
+	zones       []string
+}
+
+// locality returns the Locality the member sync of a source reads, given
+// the service's import (nil for none of ours).
+func (l simLocality) locality(imp *mcsv1beta1.ServiceImport) endpoints.Locality {
+	var out endpoints.Locality
+	if imp == nil {
+		return out
+	}
+	out.TrafficDistribution = ptr.Deref(imp.Spec.TrafficDistribution, "")
+	if l.hubCluster != "" && endpoints.LocalityOf(imp).PrefersLocal(l.preferLocal) {
+		out.PreferLocal, out.HubCluster, out.HubZones = true, l.hubCluster, l.zones
+	}
+	return out
+}
+
 // expectedHub computes the hub for members' truth. nsExists says which hub
 // namespaces exist; foreign holds "resource/namespace/name" of the objects
-// of others, which the daemon must leave alone.
-func expectedHub(members map[string]*simMember, nsExists func(string) bool, foreign map[string]string) wantHub {
+// of others, which the daemon must leave alone; loc is what the hints
+// depend on.
+func expectedHub(members map[string]*simMember, nsExists func(string) bool, foreign map[string]string, loc simLocality) wantHub {
 	want := wantHub{perCluster: map[Key]*wantSource{}, imports: map[Key]*wantImport{}}
 	exports := map[Key][]endpoints.Export{}
 	sources := map[Key]endpoints.Source{}
@@ -67,7 +91,7 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		}
 	}
 	claims := map[Key]endpoints.PortClaims{}
-	tds := map[Key]string{}
+	locs := map[Key]endpoints.Locality{}
 	for k, ex := range exports {
 		if _, taken := foreign[resourceServiceImport+"/"+k.Namespace+"/"+k.Name]; taken {
 			continue
@@ -77,7 +101,7 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		imp := res.Import.DeepCopy()
 		imp.Status.Conditions = endpoints.ImportConditions(res.Conflicts, 0)
 		claims[k] = endpoints.ImportPortClaims(imp)
-		tds[k] = ptr.Deref(imp.Spec.TrafficDistribution, "")
+		locs[k] = loc.locality(imp)
 	}
 	// The MCS slices leave out the ports an export lost to another, and are
 	// hinted when the import asks and no source's hub slices hold a ready
@@ -90,13 +114,13 @@ func expectedHub(members map[string]*simMember, nsExists func(string) bool, fore
 		}
 	}
 	for k, src := range sources {
-		loc := endpoints.Locality{TrafficDistribution: tds[k.ClusterSet()]}
+		l := locs[k.ClusterSet()]
 		for p := range sources {
-			if p.ClusterSet() == k.ClusterSet() && p.Cluster != k.Cluster && unzoned[p] && (loc.PeersUnzoned == "" || p.Cluster < loc.PeersUnzoned) {
-				loc.PeersUnzoned = p.Cluster
+			if p.ClusterSet() == k.ClusterSet() && p.Cluster != k.Cluster && unzoned[p] && (l.PeersUnzoned == "" || p.Cluster < l.PeersUnzoned) {
+				l.PeersUnzoned = p.Cluster
 			}
 		}
-		plan := endpoints.PlanMember(k.Namespace, k.Name, k.Cluster, &src, endpoints.PerClusterOff, endpoints.MemberView{PortClaims: claims[k.ClusterSet()], Locality: loc})
+		plan := endpoints.PlanMember(k.Namespace, k.Name, k.Cluster, &src, endpoints.PerClusterOff, endpoints.MemberView{PortClaims: claims[k.ClusterSet()], Locality: l})
 		want.perCluster[k].slices = plan.Slices.Create
 	}
 	return want
@@ -109,11 +133,15 @@ func readyWithoutZone(ep discoveryv1.Endpoint) bool {
 }
 
 // checkHubHints holds the hub's MCS slices to the hint rule, stated here
-// apart from package endpoints: where a service's import prefers the same
-// zone or close and every ready endpoint of every cluster has a zone, each
-// endpoint with a zone is hinted for it alone; otherwise none is hinted.
-// Node hints are never written.
-func checkHubHints(hubSlices []*discoveryv1.EndpointSlice, imports map[Key]*mcsv1beta1.ServiceImport) error {
+// apart from package endpoints. "This cluster first" (the hub a member,
+// the import's prefer-local annotation "true", or none and the daemon's
+// default true, and the hub's Nodes in 1 to 8 zones): every endpoint of the
+// hub cluster is hinted for all those zones, every other one for
+// endpoints.RemoteZone alone. Otherwise, where a service's import prefers
+// the same zone or close and every ready endpoint of every cluster has a
+// zone, each endpoint with a zone is hinted for it alone, and none is
+// hinted else. Node hints are never written.
+func checkHubHints(hubSlices []*discoveryv1.EndpointSlice, imports map[Key]*mcsv1beta1.ServiceImport, loc simLocality) error {
 	zoned := map[Key]bool{}
 	for _, s := range hubSlices {
 		k, _ := hubKey(s)
@@ -131,9 +159,21 @@ func checkHubHints(hubSlices []*discoveryv1.EndpointSlice, imports map[Key]*mcsv
 			td = ptr.Deref(imp.Spec.TrafficDistribution, "")
 		}
 		hinted := zoned[k.ClusterSet()] && (td == corev1.ServiceTrafficDistributionPreferSameZone || td == corev1.ServiceTrafficDistributionPreferClose)
+		local := false
+		if imp := imports[k.ClusterSet()]; imp != nil && loc.hubCluster != "" && len(loc.zones) > 0 && len(loc.zones) <= 8 {
+			v, set := imp.Annotations[endpoints.AnnotationPreferLocal]
+			local = v == "true" || !set && loc.preferLocal
+		}
 		for _, ep := range s.Endpoints {
 			var want []discoveryv1.ForZone
-			if zone := ptr.Deref(ep.Zone, ""); hinted && zone != "" {
+			switch zone := ptr.Deref(ep.Zone, ""); {
+			case local && k.Cluster == loc.hubCluster:
+				for _, z := range loc.zones {
+					want = append(want, discoveryv1.ForZone{Name: z})
+				}
+			case local:
+				want = []discoveryv1.ForZone{{Name: endpoints.RemoteZone}}
+			case hinted && zone != "":
 				want = []discoveryv1.ForZone{{Name: zone}}
 			}
 			var got []discoveryv1.ForZone
@@ -144,8 +184,8 @@ func checkHubHints(hubSlices []*discoveryv1.EndpointSlice, imports map[Key]*mcsv
 				got = ep.Hints.ForZones
 			}
 			if !slices.Equal(got, want) {
-				return fmt.Errorf("slice %s/%s hints %v for %v, want %v (import %q, every ready endpoint zoned %v)",
-					s.Namespace, s.Name, ep.Addresses, got, want, td, zoned[k.ClusterSet()])
+				return fmt.Errorf("slice %s/%s hints %v for %v, want %v (import %q, every ready endpoint zoned %v, this cluster first %v, hub zones %v)",
+					s.Namespace, s.Name, ep.Addresses, got, want, td, zoned[k.ClusterSet()], local, loc.zones)
 			}
 		}
 	}
@@ -175,7 +215,8 @@ func (w *world) check() error {
 		}
 	}
 	nsExists := func(ns string) bool { _, ok := w.srv.get(resourceNamespace, "", ns); return ok }
-	want := expectedHub(w.members.members, nsExists, w.foreign)
+	loc := simLocality{hubCluster: w.opts.HubCluster, preferLocal: w.opts.PreferLocal, zones: w.hubZones()}
+	want := expectedHub(w.members.members, nsExists, w.foreign, loc)
 
 	// Services: per-cluster and derived.
 	imports := map[Key]*mcsv1beta1.ServiceImport{}
@@ -288,7 +329,7 @@ func (w *world) check() error {
 		}
 	}
 
-	if err := checkHubHints(hubSlices, imports); err != nil {
+	if err := checkHubHints(hubSlices, imports, loc); err != nil {
 		return err
 	}
 

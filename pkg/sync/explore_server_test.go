@@ -65,7 +65,12 @@ var simWatched = map[string]labels.Selector{
 	resourceEndpointSlice: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}),
 	resourceServiceImport: labels.SelectorFromSet(labels.Set{endpoints.LabelManagedBy: endpoints.ManagedByValue}),
 	resourceNamespace:     labels.Everything(),
+	resourceNode:          labels.Everything(), // only where the hub is a member
 }
+
+// resourceNode is the hub's Nodes, which the daemon reads where the hub is
+// a member.
+const resourceNode = "nodes"
 
 // watched reports whether a hub informer sees obj of resource.
 func watched(resource string, obj runtime.Object) bool {

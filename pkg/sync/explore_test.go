@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,6 +280,15 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		UnreachableWithdraw: policy.withdraw,
 		Clock:               w.clock,
 	}
+	// In some runs the hub is member east, its Nodes in zones, and some
+	// or all imports prefer its endpoints.
+	if rng.Intn(2) == 0 {
+		w.opts.HubCluster, w.opts.PreferLocal = "east", rng.Intn(2) == 0
+		for i := rng.Intn(3); i >= 0; i-- {
+			w.srv.seed(resourceNode, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i),
+				Labels: simNodeZone(rng)}})
+		}
+	}
 	first, err := w.newReplica()
 	if err != nil {
 		return nil, err
@@ -341,6 +351,26 @@ func (w *world) seedForeign(resource string, obj runtime.Object) {
 	w.foreign[resource+"/"+objKey(m)] = m.GetResourceVersion()
 }
 
+// simNodeZone is the labels of a hub Node: in zone z1 or z2, or in none.
+func simNodeZone(rng *rand.Rand) map[string]string {
+	if z := rng.Intn(3); z > 0 {
+		return map[string]string{corev1.LabelTopologyZone: fmt.Sprintf("z%d", z)}
+	}
+	return nil
+}
+
+// hubZones are the zones of the hub's Nodes, sorted.
+func (w *world) hubZones() []string {
+	var zones []string
+	for _, o := range w.srv.list(resourceNode) {
+		if z := o.(*corev1.Node).Labels[corev1.LabelTopologyZone]; z != "" && !slices.Contains(zones, z) {
+			zones = append(zones, z)
+		}
+	}
+	slices.Sort(zones)
+	return zones
+}
+
 // fillMember gives a member a random set of services, exports and
 // endpoints.
 func (w *world) fillMember(m *simMember) {
@@ -379,6 +409,9 @@ func (w *world) putService(m *simMember, ns, name string) {
 	}
 	if w.rng.Intn(3) == 0 {
 		svc.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+	}
+	if v := w.rng.Intn(6); v < 2 {
+		svc.Annotations = map[string]string{endpoints.AnnotationPreferLocal: strconv.FormatBool(v == 0)}
 	}
 	m.set(kindService, ns+"/"+name, svc)
 	w.putEndpoints(m, ns, name, ports)
@@ -489,6 +522,9 @@ func (w *world) randomChange() step {
 			}
 		}}
 	case 4:
+		if w.opts.HubCluster != "" && w.rng.Intn(2) == 0 {
+			return step{"hub: a Node changes zone", w.moveNode}
+		}
 		return step{"hub: namespace late created", func() {
 			if _, ok := w.srv.get(resourceNamespace, "", "late"); !ok {
 				_, _ = w.srv.create(corev1.Resource("namespaces"), resourceNamespace, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
@@ -500,6 +536,17 @@ func (w *world) randomChange() step {
 		return step{"hub: someone else deletes their object that holds a name the daemon wants", w.dropForeign}
 	}
 	return step{"hub: someone else edits or deletes one of the daemon's objects", w.tamper}
+}
+
+// moveNode puts one of the hub's Nodes in another zone, or in none.
+func (w *world) moveNode() {
+	nodes := w.srv.list(resourceNode)
+	if len(nodes) == 0 {
+		return
+	}
+	n := nodes[w.rng.Intn(len(nodes))].DeepCopyObject().(*corev1.Node)
+	n.Labels = simNodeZone(w.rng)
+	_, _ = w.srv.update(corev1.Resource("nodes"), resourceNode, n, false)
 }
 
 // unregister removes a member, as deleting its Secret does: its informers
@@ -578,7 +625,8 @@ func (w *world) tamper() {
 // seedHub stores what the daemon would have written for earlier member
 // states, as a run before a restart left it.
 func (w *world) seedHub(earlier map[string]*simMember) {
-	want := expectedHub(earlier, func(ns string) bool { _, ok := w.srv.get(resourceNamespace, "", ns); return ok }, nil)
+	want := expectedHub(earlier, func(ns string) bool { _, ok := w.srv.get(resourceNamespace, "", ns); return ok }, nil,
+		simLocality{hubCluster: w.opts.HubCluster, preferLocal: w.opts.PreferLocal, zones: w.hubZones()})
 	for _, o := range want.perCluster {
 		w.srv.seed(resourceService, o.svc)
 		w.srv.seed(resourceEndpoints, o.eps)
@@ -849,7 +897,11 @@ func sortedResources(m map[string][]hubEvent) []string {
 func (w *world) listHub() {
 	w.hubListed = true
 	w.hubEvents = map[string][]hubEvent{}
-	for _, r := range []string{resourceNamespace, resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport} {
+	resources := []string{resourceNamespace, resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport}
+	if w.ctrl.caches.nodeInf != nil {
+		resources = append(resources, resourceNode)
+	}
+	for _, r := range resources {
 		for _, o := range w.srv.list(r) {
 			if watched(r, o) {
 				obj, _ := stripHubObject(o)
@@ -870,13 +922,18 @@ func (w *world) indexer(resource string) cache.Indexer {
 		return w.ctrl.caches.sliceInf.GetIndexer()
 	case resourceServiceImport:
 		return w.ctrl.caches.importInf.GetIndexer()
+	case resourceNode:
+		return w.ctrl.caches.nodeInf.GetIndexer()
 	}
 	return w.ctrl.caches.nsInf.GetIndexer()
 }
 
 func (w *world) hubHandler(resource string) cache.ResourceEventHandler {
-	if resource == resourceNamespace {
+	switch resource {
+	case resourceNamespace:
 		return cache.ResourceEventHandlerFuncs{AddFunc: w.ctrl.namespaceAdded}
+	case resourceNode:
+		return changeHandler(w.ctrl.nodesChanged)
 	}
 	return w.ctrl.hubHandler(resource)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,6 +112,13 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer) error {
 	// and says nothing when none are published.
 	if c, err := daemonconfig.Read(ctx, hub.kube.CoreV1(), o.kube.Namespace); err == nil && c != nil {
 		fmt.Fprintln(errOut, daemonSummary(daemonFlags{Config: c, Source: "ConfigMap " + o.kube.Namespace + "/" + daemonconfig.Name}))
+		if c.Flags["hub-is-member"] == "true" {
+			if nodes, err := hub.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+				fmt.Fprintf(errOut, "Warning: listing the hub's Nodes: %v; their zones are not checked\n", err)
+			} else if note := unzonedNodesNote(nodes.Items); note != "" {
+				fmt.Fprintln(errOut, note)
+			}
+		}
 	}
 	in, err := listStatusInput(ctx, hub, o.kube.Namespace, func(what string, err error) {
 		fmt.Fprintf(errOut, "Warning: listing %s: %v; the table may be incomplete\n", what, err)
@@ -214,6 +222,24 @@ func withKey(selector, key string) string {
 // statusDaemonFlags are the published flags status shows, in this order.
 var statusDaemonFlags = []string{"export-mode", "include-namespaces", "exclude-namespaces", "per-cluster-services",
 	"hub-is-member", "hub-cluster-name", "unreachable-grace", "unreachable-withdraw", "shard-members"}
+
+// unzonedNodesNote names the hub's Nodes without a zone label, where the
+// hub is a member: "this cluster first" hints for zones, so kube-proxy on
+// them uses every cluster's endpoints. "" when every Node has a zone.
+func unzonedNodesNote(nodes []corev1.Node) string {
+	var names []string
+	for _, n := range nodes {
+		if n.Labels[corev1.LabelTopologyZone] == "" {
+			names = append(names, n.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("Note: %d hub Node(s) have no %s label (%s): kube-proxy there uses every cluster's endpoints, also for imports that prefer the hub's own.",
+		len(names), corev1.LabelTopologyZone, strings.Join(names, ", "))
+}
 
 // daemonSummary is one line on the daemon's published configuration.
 func daemonSummary(d daemonFlags) string {

@@ -233,3 +233,22 @@ func TestStatusShowsAFailingSyncAsTheLastError(t *testing.T) {
 		t.Errorf("west's last error %q, want its own failure", rows[1].LastError)
 	}
 }
+
+// status names the hub's Nodes without a zone, where the hub is a member:
+// they cannot prefer its endpoints.
+func TestUnzonedNodesNote(t *testing.T) {
+	node := func(name, zone string) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if zone != "" {
+			n.Labels = map[string]string{corev1.LabelTopologyZone: zone}
+		}
+		return n
+	}
+	if got := unzonedNodesNote([]corev1.Node{node("a", "z1"), node("b", "z2")}); got != "" {
+		t.Errorf("every Node zoned: %q", got)
+	}
+	got := unzonedNodesNote([]corev1.Node{node("c", ""), node("a", "z1"), node("b", "")})
+	if !strings.Contains(got, "2 hub Node(s)") || !strings.Contains(got, "(b, c)") {
+		t.Errorf("note %q", got)
+	}
+}

@@ -231,9 +231,9 @@ func stripMemberObject(obj interface{}) (interface{}, error) {
 }
 
 // projectService returns a new Service with only the fields of svc that
-// the sync and explain read, in svc's memory: identity, the export
-// annotation, the managed-by label, and the spec the hub objects are built
-// from. Anything else a member sets (labels, selectors, status, external
+// the sync and explain read, in svc's memory: identity, the export and
+// prefer-local annotations, the managed-by label, and the spec the hub
+// objects are built from. Anything else a member sets (labels, selectors, status, external
 // IPs, load balancer settings, managed fields) is not held.
 // TestServiceProjectionKeepsWhatTheSyncReads lists the fields.
 func projectService(svc *corev1.Service) *corev1.Service {
@@ -247,7 +247,7 @@ func projectService(svc *corev1.Service) *corev1.Service {
 			CreationTimestamp: svc.CreationTimestamp,
 			DeletionTimestamp: svc.DeletionTimestamp,
 			Labels:            keepAnnotations(svc.Labels, endpoints.LabelManagedBy),
-			Annotations:       keepAnnotations(svc.Annotations, annotationExport),
+			Annotations:       keepAnnotations(svc.Annotations, annotationExport, endpoints.AnnotationPreferLocal),
 		},
 		Spec: corev1.ServiceSpec{
 			Type:                  in.Type,

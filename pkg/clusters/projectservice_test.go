@@ -35,8 +35,9 @@ func TestServiceProjectionKeepsWhatTheSyncReads(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7", Generation: 3,
 			CreationTimestamp: now, DeletionTimestamp: &now, Finalizers: []string{"x"},
-			Labels:          map[string]string{endpoints.LabelManagedBy: "someone", "app": "web"},
-			Annotations:     map[string]string{annotationExport: "true", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			Labels: map[string]string{endpoints.LabelManagedBy: "someone", "app": "web"},
+			Annotations: map[string]string{annotationExport: "true", endpoints.AnnotationPreferLocal: "false",
+				"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
 			OwnerReferences: []metav1.OwnerReference{{Name: "owner"}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 		},
@@ -67,7 +68,7 @@ func TestServiceProjectionKeepsWhatTheSyncReads(t *testing.T) {
 			Name: "web", Namespace: "shop", UID: "u1", ResourceVersion: "7",
 			CreationTimestamp: now, DeletionTimestamp: &now,
 			Labels:      map[string]string{endpoints.LabelManagedBy: "someone"},
-			Annotations: map[string]string{annotationExport: "true"},
+			Annotations: map[string]string{annotationExport: "true", endpoints.AnnotationPreferLocal: "false"},
 		},
 	}
 	in, out := reflect.ValueOf(svc.Spec), reflect.ValueOf(&want.Spec).Elem()

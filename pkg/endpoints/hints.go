@@ -102,12 +102,9 @@ func HintsFor(src Source, loc Locality) (Hints, string) {
 // its hub slices will hold, duplicates resolved.
 func groupHints(cluster string, groups map[string]*sliceGroup, loc Locality) (Hints, string) {
 	why := ""
-	if loc.PreferLocal && loc.HubCluster != "" {
-		switch {
-		case len(loc.HubZones) == 0:
-			why = "no Node of the hub has a zone label"
-		case len(loc.HubZones) > maxZoneHints:
-			why = fmt.Sprintf("the hub's Nodes are in %d zones, more than the %d a hint can name", len(loc.HubZones), maxZoneHints)
+	if loc.PreferLocal {
+		switch why = PreferLocalBlocked(loc.HubCluster, loc.HubZones); {
+		case why != "":
 		case cluster == loc.HubCluster:
 			return Hints{Zones: loc.HubZones}, ""
 		default:
@@ -128,6 +125,21 @@ func groupHints(cluster string, groups map[string]*sliceGroup, loc Locality) (Hi
 		}
 	}
 	return Hints{OwnZone: true}, ""
+}
+
+// PreferLocalBlocked says why "this cluster first" cannot be had with the
+// hub's member name hubCluster ("" when the hub is no member) and its
+// Nodes' zones; "" when it can.
+func PreferLocalBlocked(hubCluster string, hubZones []string) string {
+	switch {
+	case hubCluster == "":
+		return "the hub is not a member (--hub-is-member)"
+	case len(hubZones) == 0:
+		return "no Node of the hub has a zone label"
+	case len(hubZones) > maxZoneHints:
+		return fmt.Sprintf("the hub's Nodes are in %d zones, more than the %d a hint can name", len(hubZones), maxZoneHints)
+	}
+	return ""
 }
 
 // zoneOf returns ep's zone, "" for none: an empty zone is none, as a node

@@ -179,7 +179,8 @@ func TestPreferLocalHintsTheHubClustersEndpointsForEveryHubZone(t *testing.T) {
 	}{
 		{"the hub's endpoints", "hub", local, []string{"10.0.0.1 a,b", "10.0.0.2 a,b"}, ""},
 		{"another cluster's", "east", local, []string{"10.0.0.1 " + RemoteZone, "10.0.0.2 " + RemoteZone}, ""},
-		{"the hub is no member", "east", Locality{PreferLocal: true, HubZones: []string{"a"}}, []string{"10.0.0.1 -", "10.0.0.2 -"}, ""},
+		{"the hub is no member", "east", Locality{PreferLocal: true, HubZones: []string{"a"}}, []string{"10.0.0.1 -", "10.0.0.2 -"},
+			"the hub is not a member (--hub-is-member)"},
 		{"the hub is no member, zone preference still holds", "east", Locality{PreferLocal: true, TrafficDistribution: corev1.ServiceTrafficDistributionPreferClose},
 			[]string{"10.0.0.1 z1", "10.0.0.2 -"}, ""},
 		{"no zoned hub Node", "hub", Locality{PreferLocal: true, HubCluster: "hub"}, []string{"10.0.0.1 -", "10.0.0.2 -"},

@@ -56,8 +56,10 @@ type Input struct {
 	Derived *corev1.Service
 	// Members are the registered members, in any order.
 	Members []Member
-	// HubNodesWithoutZone names the hub's Nodes without a zone label,
-	// where the hub is a member: they cannot prefer its endpoints.
+	// HubZones are the zones of the hub's Nodes, sorted, and
+	// HubNodesWithoutZone names those without a zone label, where the hub
+	// is a member: they cannot prefer its endpoints.
+	HubZones            []string
 	HubNodesWithoutZone []string
 }
 
@@ -193,7 +195,7 @@ func Build(in Input) Report {
 	}
 	if in.Import != nil {
 		r.Import = importRow(in.Import, in.Derived)
-		r.Locality = locality(in.Policy, in.Import, members)
+		r.Locality = locality(in.Policy, in.HubZones, in.Import, members)
 		if n := len(in.HubNodesWithoutZone); n > 0 && r.Locality.Preferring {
 			r.Locality.Nodes = append(r.Locality.Nodes, fmt.Sprintf("%d hub Node(s) without a zone label, which use every cluster's endpoints: %s",
 				n, strings.Join(in.HubNodesWithoutZone, ", ")))

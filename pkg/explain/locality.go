@@ -35,7 +35,7 @@ type Locality struct {
 
 // locality reads the hints of every member's hub slices of imp under the
 // daemon's policy p.
-func locality(p Policy, imp *mcsv1beta1.ServiceImport, members []Member) *Locality {
+func locality(p Policy, hubZones []string, imp *mcsv1beta1.ServiceImport, members []Member) *Locality {
 	td := ptr.Deref(imp.Spec.TrafficDistribution, "")
 	loc := &Locality{Mode: "spread over every cluster (no trafficDistribution asks for zones)"}
 	switch {
@@ -45,8 +45,8 @@ func locality(p Policy, imp *mcsv1beta1.ServiceImport, members []Member) *Locali
 		loc.Mode = fmt.Sprintf("spread over every cluster (%s asks for no zone hints)", td)
 	}
 	if endpoints.LocalityOf(imp).PrefersLocal(p.PreferLocal) {
-		if p.HubCluster == "" {
-			loc.Mode += "; it prefers local, but the hub is not a member (--hub-is-member)"
+		if why := endpoints.PreferLocalBlocked(p.HubCluster, hubZones); why != "" {
+			loc.Mode += "; it prefers the hub's own endpoints, but " + why
 		} else {
 			loc.Preferring = true
 			loc.Mode = fmt.Sprintf("this cluster first: the endpoints of %s, the hub, for every zone of its Nodes; the others' for a zone no Node has (%s)", p.HubCluster, endpoints.RemoteZone)

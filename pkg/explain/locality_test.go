@@ -80,7 +80,7 @@ func TestLocalitySaysThisClusterFirst(t *testing.T) {
 		return m
 	}
 	in := Input{Namespace: "shop", Name: "cart", Now: now, HubNamespace: true, Import: imported("east", "hub"),
-		Policy:  Policy{PreferLocal: true, HubCluster: "hub"},
+		Policy: Policy{PreferLocal: true, HubCluster: "hub"}, HubZones: []string{"z1", "z2"},
 		Members: []Member{hinted(zonedMember("east", false, "z1"), endpoints.RemoteZone), hinted(zonedMember("hub", false, "z1", "z2"), "z1", "z2")}}
 	loc := Build(in).Locality
 	if !strings.HasPrefix(loc.Mode, "this cluster first") {
@@ -94,6 +94,10 @@ func TestLocalitySaysThisClusterFirst(t *testing.T) {
 	in.HubNodesWithoutZone = []string{"n3"}
 	if loc := Build(in).Locality; !strings.HasPrefix(loc.Nodes[len(loc.Nodes)-1], "1 hub Node(s) without a zone label") {
 		t.Errorf("a hub Node without a zone is not said: %q", loc.Nodes)
+	}
+	in.HubZones = nil
+	if loc := Build(in).Locality; !strings.Contains(loc.Mode, "no Node of the hub has a zone label") {
+		t.Errorf("without zoned hub Nodes: mode %q", loc.Mode)
 	}
 	in.Policy.HubCluster = ""
 	if loc := Build(in).Locality; !strings.Contains(loc.Mode, "the hub is not a member") {

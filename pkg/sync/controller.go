@@ -202,9 +202,13 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 		}
 	}
 	if caches.nodeInf != nil {
-		if _, err := caches.nodeInf.AddEventHandler(changeHandler(c.nodesChanged)); err != nil {
+		// The zones are counted by the handler: the caches have synced
+		// only once it has seen the first list.
+		reg, err := caches.nodeInf.AddEventHandler(c.nodeHandler())
+		if err != nil {
 			return nil, err
 		}
+		caches.nodesCounted = reg.HasSynced
 	}
 	return c, nil
 }

@@ -933,7 +933,7 @@ func (w *world) hubHandler(resource string) cache.ResourceEventHandler {
 	case resourceNamespace:
 		return cache.ResourceEventHandlerFuncs{AddFunc: w.ctrl.namespaceAdded}
 	case resourceNode:
-		return changeHandler(w.ctrl.nodesChanged)
+		return w.ctrl.nodeHandler()
 	}
 	return w.ctrl.hubHandler(resource)
 }

@@ -56,7 +56,9 @@ type hubCaches struct {
 	// nodeInf caches the hub's Nodes, reduced to their zones (watchNodes),
 	// where the hub is a member (Options.HubCluster); else both are nil.
 	nodeInf cache.SharedIndexInformer
-	nodes   corelisters.NodeLister
+	// nodesCounted reports whether the handler that counts the Nodes'
+	// zones has seen the first list.
+	nodesCounted func() bool
 }
 
 // newHubCaches builds the hub informers, not started; the member Leases
@@ -148,7 +150,7 @@ func (h *hubCaches) start(stop <-chan struct{}) {
 func (h *hubCaches) hasSynced() bool {
 	return h.serviceInf.HasSynced() && h.endpointInf.HasSynced() && h.sliceInf.HasSynced() &&
 		h.importInf.HasSynced() && h.nsInf.HasSynced() && (h.cidrInf == nil || h.cidrInf.HasSynced()) &&
-		(h.leaseInf == nil || h.leaseInf.HasSynced()) && (h.nodeInf == nil || h.nodeInf.HasSynced())
+		(h.leaseInf == nil || h.leaseInf.HasSynced()) && (h.nodeInf == nil || h.nodeInf.HasSynced() && h.nodesCounted())
 }
 
 // clusterIndex is the byCluster index function.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -20,12 +21,13 @@ import (
 // daemon reads the Nodes' zone labels, and nothing else of them, and
 // rewrites those hints when the set of zones changes.
 
-// hubZones is what the daemon knows of the hub's Nodes: their zones and
-// how many have none.
+// hubZones is what the daemon knows of the hub's Nodes, kept by their
+// events: how many are in each zone, and how many in none.
 type hubZones struct {
 	mu      stdsync.Mutex
-	zones   []string // sorted, distinct
+	count   map[string]int // Nodes per zone
 	unzoned int
+	zones   []string // the keys of count, sorted; replaced, never modified
 }
 
 // get returns the zones, sorted; the caller must not modify them.
@@ -42,23 +44,28 @@ func (z *hubZones) unzonedNodes() int {
 	return z.unzoned
 }
 
-// set records the zones of nodes and reports whether the set of zones
-// changed.
-func (z *hubZones) set(nodes []*corev1.Node) bool {
-	seen, unzoned := map[string]bool{}, 0
-	for _, n := range nodes {
-		if zone := n.Labels[corev1.LabelTopologyZone]; zone != "" {
-			seen[zone] = true
-		} else {
-			unzoned++
-		}
-	}
-	zones := slices.Sorted(maps.Keys(seen))
+// add counts d more Nodes (one, or minus one) in zone, "" for none, and
+// reports whether the set of zones changed.
+func (z *hubZones) add(zone string, d int) bool {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	changed := !slices.Equal(z.zones, zones)
-	z.zones, z.unzoned = zones, unzoned
-	return changed
+	if zone == "" {
+		z.unzoned += d
+		return false
+	}
+	if z.count == nil {
+		z.count = map[string]int{}
+	}
+	before := z.count[zone]
+	z.count[zone] += d
+	if z.count[zone] <= 0 {
+		delete(z.count, zone)
+	}
+	if (before > 0) == (z.count[zone] > 0) {
+		return false
+	}
+	z.zones = slices.Sorted(maps.Keys(z.count))
+	return true
 }
 
 // watchNodes caches the hub's Nodes, reduced to their names and zone
@@ -76,20 +83,52 @@ func (h *hubCaches) watchNodes(hub kubernetes.Interface) {
 		return out, nil
 	}))
 	h.nodeInf = f.Core().V1().Nodes().Informer()
-	h.nodes = f.Core().V1().Nodes().Lister()
+	h.nodesCounted = h.nodeInf.HasSynced
 	h.starters = append(h.starters, f.Start)
 }
 
-// nodesChanged reads the zones of the hub's Nodes again and, when the set
-// changed, queues the member keys of every import that prefers the hub
-// cluster's endpoints: their hints name those zones.
-func (c *Controller) nodesChanged(interface{}, bool, bool) {
-	nodes, err := c.caches.nodes.List(labels.Everything())
-	if err != nil || !c.zones.set(nodes) {
-		return
+// nodeHandler keeps c.zones by the events of the hub's Nodes and, when
+// the set of zones changes after the first list, queues the member keys of
+// every import that prefers the hub cluster's endpoints: their hints name
+// those zones.
+func (c *Controller) nodeHandler() cache.ResourceEventHandler {
+	zone := func(obj interface{}) string {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			return n.Labels[corev1.LabelTopologyZone]
+		}
+		return ""
 	}
-	zones := c.zones.get()
-	klog.InfoS("The hub's Nodes are in other zones now", "zones", zones, "nodesWithoutZone", c.zones.unzonedNodes())
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, initialList bool) {
+			if c.zones.add(zone(obj), 1) && !initialList {
+				c.zonesChanged()
+			}
+		},
+		UpdateFunc: func(old, cur interface{}) {
+			before, after := zone(old), zone(cur)
+			if before == after {
+				return
+			}
+			gone, came := c.zones.add(before, -1), c.zones.add(after, 1)
+			if gone || came {
+				c.zonesChanged()
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if c.zones.add(zone(obj), -1) {
+				c.zonesChanged()
+			}
+		},
+	}
+}
+
+// zonesChanged queues the member keys of every import that prefers the
+// hub cluster's endpoints.
+func (c *Controller) zonesChanged() {
+	klog.InfoS("The hub's Nodes are in other zones now", "zones", c.zones.get(), "nodesWithoutZone", c.zones.unzonedNodes())
 	imports, err := c.caches.imports.List(labels.Everything())
 	if err != nil {
 		return

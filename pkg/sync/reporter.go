@@ -110,7 +110,7 @@ func (r reporter) localityImports() map[string]int {
 	out := map[string]int{"spread": 0, "same-zone": 0, "prefer-local": 0}
 	for _, imp := range list {
 		switch l := endpoints.LocalityOf(imp); {
-		case r.zones != nil && l.PrefersLocal(r.preferLocal):
+		case r.zones != nil && l.PrefersLocal(r.preferLocal) && endpoints.PreferLocalBlocked("hub", r.zones.get()) == "":
 			out["prefer-local"]++
 		case l.ZoneHinted:
 			out["same-zone"]++

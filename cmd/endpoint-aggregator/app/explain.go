@@ -90,8 +90,9 @@ ConfigMap endpoint-aggregator-config of its namespace: explain takes the
 flags below from there (--export-mode, --include-namespaces,
 --exclude-namespaces, --create-namespaces, --per-cluster-services,
 --unreachable-grace, --unreachable-withdraw, --hub-is-member,
---hub-cluster-name, --denied-endpoint-cidrs, --allowed-endpoint-cidrs,
---hub-service-cidrs, --cluster-profile-namespaces, --cluster-manager). A flag
+--hub-cluster-name, --prefer-local, --denied-endpoint-cidrs,
+--allowed-endpoint-cidrs, --hub-service-cidrs, --cluster-profile-namespaces,
+--cluster-manager). A flag
 given explicitly wins, with a warning when it differs; with nothing
 published (an older daemon), the defaults below are assumed. The hub's
 Service ranges are read from its ServiceCIDRs unless --hub-service-cidrs is
@@ -244,10 +245,14 @@ func (o *explainOptions) read(ctx context.Context, hub *cliClients, warn func(st
 			warn("listing the hub's Nodes: %v; their zones are not shown", err)
 		} else {
 			for _, n := range nodes.Items {
-				if n.Labels[corev1.LabelTopologyZone] == "" {
+				switch z := n.Labels[corev1.LabelTopologyZone]; {
+				case z == "":
 					in.HubNodesWithoutZone = append(in.HubNodesWithoutZone, n.Name)
+				case !slices.Contains(in.HubZones, z):
+					in.HubZones = append(in.HubZones, z)
 				}
 			}
+			slices.Sort(in.HubZones)
 		}
 	}
 	syncErrors := map[string]string{}

@@ -221,7 +221,7 @@ func withKey(selector, key string) string {
 
 // statusDaemonFlags are the published flags status shows, in this order.
 var statusDaemonFlags = []string{"export-mode", "include-namespaces", "exclude-namespaces", "per-cluster-services",
-	"hub-is-member", "hub-cluster-name", "unreachable-grace", "unreachable-withdraw", "shard-members"}
+	"hub-is-member", "hub-cluster-name", "prefer-local", "unreachable-grace", "unreachable-withdraw", "shard-members"}
 
 // unzonedNodesNote names the hub's Nodes without a zone label, where the
 // hub is a member: "this cluster first" hints for zones, so kube-proxy on
@@ -245,7 +245,7 @@ func unzonedNodesNote(nodes []corev1.Node) string {
 func daemonSummary(d daemonFlags) string {
 	var flags []string
 	for _, k := range statusDaemonFlags {
-		if v, ok := d.Config.Flags[k]; ok && (k != "hub-cluster-name" || d.Config.Flags["hub-is-member"] == "true") {
+		if v, ok := d.Config.Flags[k]; ok && (k != "hub-cluster-name" && k != "prefer-local" || d.Config.Flags["hub-is-member"] == "true") {
 			flags = append(flags, "--"+k+"="+v)
 		}
 	}

@@ -106,6 +106,17 @@ type ImportView struct {
 	Derived *corev1.Service
 	// ImportTaken says someone else's ServiceImport holds the name.
 	ImportTaken bool
+	// Alias is the import's alias (AliasService), ours, or nil;
+	// AliasTaken says another object holds its name.
+	Alias      *corev1.Service
+	AliasTaken bool
+}
+
+// ImportOptions are the daemon's choices for the objects of an import.
+type ImportOptions struct {
+	// AliasDomain is the hub's cluster domain, in which each import gets
+	// an alias (AliasService); "" for no alias.
+	AliasDomain string
 }
 
 // ImportPlan is one round of writes for a clusterset service. Two of the
@@ -120,22 +131,25 @@ type ImportPlan struct {
 	// UpdateImport updates spec and metadata; UpdateImportStatus status.
 	UpdateImport, UpdateImportStatus *mcsv1beta1.ServiceImport
 	Derived                          ServiceChange
-	// DeleteImport goes after Derived's delete.
+	// Alias is the write the import's alias needs.
+	Alias ServiceChange
+	// DeleteImport goes after Derived's and Alias's deletes.
 	DeleteImport *mcsv1beta1.ServiceImport
 }
 
 // Empty reports whether the plan has no writes.
 func (p ImportPlan) Empty() bool {
-	return p.CreateImport == nil && p.UpdateImport == nil && p.UpdateImportStatus == nil && p.Derived.empty() && p.DeleteImport == nil
+	return p.CreateImport == nil && p.UpdateImport == nil && p.UpdateImportStatus == nil && p.Derived.empty() && p.Alias.empty() && p.DeleteImport == nil
 }
 
 // PlanImport returns the next round of writes that bring view to want, the
-// merge of the service's exports; want nil means nothing exports it any
-// more, and both objects are withdrawn.
-func PlanImport(want *ImportResult, view ImportView) ImportPlan {
+// merge of the service's exports, with opts; want nil means nothing exports
+// it any more, and every object is withdrawn.
+func PlanImport(want *ImportResult, view ImportView, opts ImportOptions) ImportPlan {
 	var plan ImportPlan
 	if want == nil || view.ImportTaken {
 		plan.Derived.Delete = view.Derived
+		plan.Alias.Delete = view.Alias
 		if !view.ImportTaken {
 			plan.DeleteImport = view.Import
 		}
@@ -161,6 +175,20 @@ func PlanImport(want *ImportResult, view ImportView) ImportPlan {
 	})
 	if plan.Derived.Create != nil {
 		return plan // the import's IPs come from the new Service
+	}
+	switch {
+	case opts.AliasDomain != "" && !view.AliasTaken:
+		alias := AliasService(want.Import, opts.AliasDomain)
+		alias.OwnerReferences = derived.OwnerReferences
+		plan.Alias = planService(alias, view.Alias, func(want, live *corev1.Service) bool {
+			return aliasUpToDate(want, live) && apiequality.Semantic.DeepEqual(want.OwnerReferences, live.OwnerReferences)
+		}, func(want, live *corev1.Service) *corev1.Service {
+			out := mergeAlias(want, live)
+			out.OwnerReferences = want.OwnerReferences
+			return out
+		})
+	case opts.AliasDomain == "":
+		plan.Alias.Delete = view.Alias
 	}
 
 	imp := want.Import.DeepCopy()

@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,6 +124,18 @@ func simulateImportWrites(view ImportView, plan ImportPlan) (ImportView, []strin
 		writes = append(writes, "update derived")
 		view.Derived = p.DeepCopy()
 	}
+	if p := plan.Alias.Delete; p != nil {
+		writes = append(writes, "delete alias")
+		view.Alias = nil
+	}
+	if p := plan.Alias.Create; p != nil {
+		writes = append(writes, "create alias")
+		view.Alias = p.DeepCopy()
+	}
+	if p := plan.Alias.Update; p != nil {
+		writes = append(writes, "update alias")
+		view.Alias = p.DeepCopy()
+	}
 	if plan.DeleteImport != nil {
 		writes = append(writes, "delete import")
 		view.Import = nil
@@ -147,7 +160,7 @@ func TestPlanImportSettlesInRounds(t *testing.T) {
 	var view ImportView
 	var got [][]string
 	for range 8 {
-		plan := PlanImport(&res, view)
+		plan := PlanImport(&res, view, ImportOptions{})
 		if plan.Empty() {
 			break
 		}
@@ -172,14 +185,14 @@ func TestPlanImportSettlesInRounds(t *testing.T) {
 	}
 
 	// Nothing exports it any more: the derived Service goes, then the import.
-	plan := PlanImport(nil, view)
+	plan := PlanImport(nil, view, ImportOptions{})
 	if _, writes := simulateImportWrites(view, plan); len(writes) != 2 || writes[0] != "delete derived" || writes[1] != "delete import" {
 		t.Fatalf("withdrawing writes %q", writes)
 	}
 
 	// Someone else's import holds the name: only our derived Service goes.
 	view.Import, view.ImportTaken = nil, true
-	if _, writes := simulateImportWrites(view, PlanImport(&res, view)); len(writes) != 1 || writes[0] != "delete derived" {
+	if _, writes := simulateImportWrites(view, PlanImport(&res, view, ImportOptions{})); len(writes) != 1 || writes[0] != "delete derived" {
 		t.Fatalf("a taken import name writes %q", writes)
 	}
 }
@@ -193,7 +206,7 @@ func TestPlanImportHeadlessHasNoIPs(t *testing.T) {
 	}
 	var view ImportView
 	for range 8 {
-		plan := PlanImport(&res, view)
+		plan := PlanImport(&res, view, ImportOptions{})
 		if plan.Empty() {
 			break
 		}
@@ -201,5 +214,57 @@ func TestPlanImportHeadlessHasNoIPs(t *testing.T) {
 	}
 	if len(view.Import.Spec.IPs) != 0 || view.Derived.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Fatalf("headless import IPs %v, derived cluster IP %q", view.Import.Spec.IPs, view.Derived.Spec.ClusterIP)
+	}
+}
+
+// With an alias domain, an import gets "<service>-clusterset", an
+// ExternalName Service naming its derived Service and owned by the import,
+// once the import exists; it follows the import out, is left alone when
+// someone else holds its name, and goes when the daemon stops asking.
+func TestPlanImportAlias(t *testing.T) {
+	res := MergeImport(testNamespace, testService, []Export{{Cluster: testCluster, Service: testSvc(svcPort("http", 80)), Created: metav1.Unix(1, 0)}})
+	opts := ImportOptions{AliasDomain: "cluster.example"}
+	var view ImportView
+	var all []string
+	for range 8 {
+		plan := PlanImport(&res, view, opts)
+		if plan.Empty() {
+			break
+		}
+		var writes []string
+		view, writes = simulateImportWrites(view, plan)
+		all = append(all, writes...)
+	}
+	if !slices.Contains(all, "create alias") {
+		t.Fatalf("writes %q create no alias", all)
+	}
+	a := view.Alias
+	if a.Name != "web-clusterset" || a.Spec.Type != corev1.ServiceTypeExternalName ||
+		a.Spec.ExternalName != DerivedServiceName(testNamespace, testService)+".shop.svc.cluster.example" {
+		t.Errorf("alias %s: %s %q", a.Name, a.Spec.Type, a.Spec.ExternalName)
+	}
+	if o := a.OwnerReferences; len(o) != 1 || o[0].UID != "import-uid" {
+		t.Errorf("the alias's owners are %v", o)
+	}
+	// Someone changes it: it is put back.
+	changed := view
+	changed.Alias = a.DeepCopy()
+	changed.Alias.Spec.ExternalName = "elsewhere.example"
+	if _, writes := simulateImportWrites(changed, PlanImport(&res, changed, opts)); !slices.Equal(writes, []string{"update alias"}) {
+		t.Errorf("a changed alias writes %q", writes)
+	}
+	// The daemon stops asking for aliases: it goes.
+	if _, writes := simulateImportWrites(view, PlanImport(&res, view, ImportOptions{})); !slices.Equal(writes, []string{"delete alias"}) {
+		t.Errorf("no alias domain writes %q", writes)
+	}
+	// Nothing exports it: the alias goes with the rest.
+	if _, writes := simulateImportWrites(view, PlanImport(nil, view, opts)); !slices.Contains(writes, "delete alias") {
+		t.Errorf("withdrawing writes %q", writes)
+	}
+	// Its name is someone else's: nothing is written for it.
+	taken := view
+	taken.Alias, taken.AliasTaken = nil, true
+	if plan := PlanImport(&res, taken, opts); !plan.Empty() {
+		t.Errorf("a taken alias name plans %+v", plan)
 	}
 }

@@ -97,6 +97,12 @@ func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.Imp
 	if err := w.applyService(ctx, key, plan.Derived); err != nil {
 		return err
 	}
+	if p := plan.Alias.Delete; p != nil && plan.DeleteImport != nil {
+		if err := w.applyService(ctx, key, plan.Alias); err != nil {
+			return err
+		}
+		plan.Alias = endpoints.ServiceChange{}
+	}
 	if p := plan.DeleteImport; p != nil {
 		if err := deleteObject(ctx, w, impOps, p); err != nil {
 			return err
@@ -108,12 +114,15 @@ func (w *hubWriter) applyImport(ctx context.Context, key Key, plan endpoints.Imp
 		}
 	}
 	if p := plan.UpdateImportStatus; p != nil {
-		_, err := sendUpdate(w, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {
+		if _, err := sendUpdate(w, resourceServiceImport, verbUpdateStatus, p, func() (*mcsv1beta1.ServiceImport, error) {
 			return w.hubMCS.MulticlusterV1beta1().ServiceImports(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: fieldManager})
-		})
-		return err
+		}); err != nil {
+			return err
+		}
 	}
-	return nil
+	// The alias goes last: a name found taken ends the round, and the
+	// import's own writes must not wait for it.
+	return w.applyService(ctx, key, plan.Alias)
 }
 
 // importRounds bounds the plan-and-apply rounds of one clusterset sync: a

@@ -79,10 +79,15 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 		if err != nil {
 			return err
 		}
+		var aliasHolder hubObject
+		if view.Alias, aliasHolder, err = c.read.readAlias(ctx, key); err != nil {
+			return err
+		}
+		view.AliasTaken = aliasHolder != nil
 		if round == 0 {
 			before = view.Import
 		}
-		plan := endpoints.PlanImport(want, view)
+		plan := endpoints.PlanImport(want, view, endpoints.ImportOptions{AliasDomain: c.opts.AliasDomain})
 		if plan.Empty() {
 			for _, k := range c.importReaders(key, before, view.Import) {
 				out.queue(k)
@@ -92,6 +97,9 @@ func (c *Controller) syncClusterSet(ctx context.Context, key Key, out *outcome) 
 			out.setConflicts(view.Import, conflicts(want))
 			if holder != nil && want != nil {
 				return newConflict(resourceServiceImport, holder, key)
+			}
+			if aliasHolder != nil && want != nil && c.opts.AliasDomain != "" {
+				return newConflict(resourceService, aliasHolder, key)
 			}
 			return nil
 		}

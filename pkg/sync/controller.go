@@ -67,6 +67,9 @@ type Options struct {
 	// PreferLocal is "this cluster first" for the imports whose exports
 	// do not say (endpoints.AnnotationPreferLocal).
 	PreferLocal bool
+	// AliasDomain is the hub's cluster domain when every import gets an
+	// alias, "<service>-clusterset" (endpoints.AliasService); "" for none.
+	AliasDomain string
 }
 
 // Clock is the time the controller reads and the timers it sets:

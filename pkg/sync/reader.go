@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	stdsync "sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,17 +74,28 @@ func (r *hubReader) hasNamespace(ns string) bool {
 // someone else that holds its per-cluster Service's name, if one does.
 func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberView, hubObject, error) {
 	var view endpoints.MemberView
+	var holder hubObject
 	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
 	svc, err := r.liveService(key.Namespace, name)
-	if view.Service, err = owned(resourceService, key, svc, err); err != nil {
+	view.Service, err = owned(resourceService, key, svc, err)
+	// One of ours for another key holds the name (a source whose name and
+	// cluster join to the same, an import's alias): the name is taken,
+	// and the MCS slices are written all the same.
+	var held *conflictError
+	if errors.As(err, &held) {
+		holder, view.ServiceTaken, err = held.holder, true, nil
+	}
+	if err != nil {
 		return view, nil, err
 	}
 	eps, err := r.liveEndpoints(key.Namespace, name)
-	if view.Endpoints, err = owned(resourceEndpoints, key, eps, err); err != nil {
+	if view.Endpoints, err = owned(resourceEndpoints, key, eps, err); errors.As(err, &held) {
+		err = nil // not ours to touch
+	}
+	if err != nil {
 		return view, nil, err
 	}
-	var holder hubObject
-	if view.Service == nil {
+	if view.Service == nil && !view.ServiceTaken {
 		if holder, err = r.holder(ctx, resourceService, key.Namespace, name); err != nil {
 			return view, nil, err
 		}
@@ -155,6 +167,24 @@ func (r *hubReader) readImport(ctx context.Context, key Key) (endpoints.ImportVi
 	svc, err := r.liveService(key.Namespace, endpoints.DerivedServiceName(key.Namespace, key.Name))
 	view.Derived, err = owned(resourceService, key, svc, err)
 	return view, holder, err
+}
+
+// readAlias returns the alias of a clusterset key when it is ours, or else
+// the object that holds its name, if one does: someone else's Service, or
+// one of ours for another key (a member named after the alias suffix).
+func (r *hubReader) readAlias(ctx context.Context, key Key) (*corev1.Service, hubObject, error) {
+	name := endpoints.AliasName(key.Name)
+	svc, err := r.liveService(key.Namespace, name)
+	alias, err := owned(resourceService, key, svc, err)
+	var held *conflictError
+	switch {
+	case errors.As(err, &held):
+		return nil, held.holder, nil
+	case err != nil || alias != nil:
+		return alias, nil, err
+	}
+	holder, err := r.holder(ctx, resourceService, key.Namespace, name)
+	return nil, holder, err
 }
 
 // owned turns what a live read returned into the key's object: nil when

@@ -109,7 +109,7 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 	// release's, pulled from the registry.
 	start = time.Now()
 	helm(t, hub.KubeconfigPath, "install", release, previous.ChartRef, "--version", previous.ChartVersion,
-		"--ca-file", reg.CAFile, "-n", daemonNS, "--set", "replicas=3", "--wait", "--timeout", "3m")
+		"--ca-file", reg.CAFile, "-n", daemonNS, "--set", "replicas=3", "--set", "clustersetAlias=true", "--wait", "--timeout", "3m")
 	t.Logf("helm install %s --version %s --wait: %s", previous.ChartRef, previous.ChartVersion, time.Since(start).Round(100*time.Millisecond))
 	pods := daemonPods(t, hub)
 	if len(pods) != 3 {
@@ -170,6 +170,22 @@ func clusterSetOnRealNodes(t *testing.T, family testenv.Family) {
 				return nil
 			})
 		}
+	})
+	t.Run("<svc>-clusterset reaches both members through the cluster DNS as it is", func(t *testing.T) {
+		// An ExternalName alias of the derived Service: cluster.local
+		// only, no clusterset.local zone.
+		target := "http://echo-clusterset." + appNS + ".svc.cluster.local/"
+		eventually(t, time.Minute, func() error {
+			by, failed, err := answers(clientIP, target, 40)
+			if err != nil {
+				return err
+			}
+			if by["east"] == 0 || by["west"] == 0 || failed > 0 {
+				return fmt.Errorf("%s: answers by cluster %v, %d failed", target, by, failed)
+			}
+			t.Logf("40 requests to %s: %v", target, by)
+			return nil
+		})
 	})
 	if family == testenv.FamilyIPv4 {
 		t.Run("zone preference: a z1 node uses only z1 endpoints while one is ready, then the others", func(t *testing.T) {

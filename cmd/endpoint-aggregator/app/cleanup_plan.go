@@ -10,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +101,11 @@ func listCleanup(ctx context.Context, hub *cliClients, ns, leaderLease string) (
 	}
 	for i := range svcs.Items {
 		role := "per-cluster"
-		if svcs.Items[i].Labels[endpoints.LabelSourceCluster] == "" {
+		switch s := &svcs.Items[i]; {
+		case s.Labels[endpoints.LabelSourceCluster] != "":
+		case s.Spec.Type == corev1.ServiceTypeExternalName:
+			role = "alias"
+		default:
 			role = "derived"
 		}
 		add(kindService, &svcs.Items[i], role)

@@ -149,9 +149,12 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if o.sharded() {
 		sharding = &shardView{d: d}
 	}
-	hubCluster := ""
+	hubCluster, aliasDomain := "", ""
 	if o.HubIsMember {
 		hubCluster = o.HubClusterName
+	}
+	if o.ClustersetAlias {
+		aliasDomain = o.ClusterDomain
 	}
 	ctrl, err := easync.New(hub, hubMCS, members, easync.Options{
 		Workers:             o.Workers,
@@ -173,6 +176,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		Sharding:            sharding,
 		HubCluster:          hubCluster,
 		PreferLocal:         o.PreferLocal,
+		AliasDomain:         aliasDomain,
 	})
 	if err != nil {
 		return nil, err

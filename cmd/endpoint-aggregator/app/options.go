@@ -53,6 +53,8 @@ type Options struct {
 	PerClusterServices     string
 	CreateNamespaces       bool
 	PreferLocal            bool
+	ClustersetAlias        bool
+	ClusterDomain          string
 	MemberSyncTimeout      time.Duration
 	WriteExportStatus      bool
 	UnreachableGrace       time.Duration
@@ -117,6 +119,7 @@ func NewOptions() *Options {
 		MaxMemberReadServices:  clusters.DefaultMaxReadServices,
 		MaxMemberReadEndpoints: clusters.DefaultMaxReadEndpoints,
 		PerClusterServices:     string(endpoints.PerClusterMirror),
+		ClusterDomain:          "cluster.local",
 		MemberSyncTimeout:      clusters.DefaultSyncTimeout,
 		WriteExportStatus:      true,
 		MemberLeaseDuration:    easync.DefaultMemberLeaseDuration,
@@ -168,6 +171,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ProbeTimeout, "member-probe-timeout", o.ProbeTimeout, "How long a member probe may take; a member is seen unreachable within interval + timeout.")
 	fs.BoolVar(&o.HubIsMember, "hub-is-member", o.HubIsMember, "Also aggregate the hub's own exported Services, as member --hub-cluster-name, without a Secret.")
 	fs.StringVar(&o.HubClusterName, "hub-cluster-name", o.HubClusterName, "Cluster name of the hub when --hub-is-member.")
+	fs.BoolVar(&o.ClustersetAlias, "clusterset-alias", o.ClustersetAlias, "Give each ServiceImport an alias <service>-clusterset, an ExternalName Service naming its derived Service, so that <service>-clusterset.<namespace>.svc.<cluster domain> reaches it through the hub's cluster DNS as it is. A name held by another Service is left alone and reported (NameConflict).")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "The hub's cluster domain, which --clusterset-alias names the derived Services in.")
 	fs.BoolVar(&o.PreferLocal, "prefer-local", o.PreferLocal, "With --hub-is-member: hint the hub's endpoints so that its kube-proxy uses the hub cluster's own ready endpoints first, the others when it has none, for every import whose exports do not set the endpoint-aggregator.io/prefer-local annotation.")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowExec, "allow-kubeconfig-exec", false, "Allow exec credential plugins in member kubeconfigs (runs commands!).")
 	fs.BoolVar(&o.KubeconfigPolicy.AllowAuthProvider, "allow-kubeconfig-auth-provider", false, "Allow auth-provider plugins in member kubeconfigs.")
@@ -214,6 +219,9 @@ func (o *Options) Validate() error {
 	}
 	if errs1 := validation.IsDNS1123Label(o.HubClusterName); o.HubIsMember && len(errs1) > 0 {
 		errs = append(errs, fmt.Errorf("--hub-cluster-name %q: %s", o.HubClusterName, errs1[0]))
+	}
+	if errs1 := validation.IsDNS1123Subdomain(o.ClusterDomain); o.ClustersetAlias && len(errs1) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, errs1[0]))
 	}
 	if o.LeaderElect && !(o.LeaseDuration > o.RenewDeadline && o.RenewDeadline > o.RetryPeriod && o.RetryPeriod > 0) {
 		errs = append(errs, errors.New("leader election needs lease duration > renew deadline > retry period > 0"))

@@ -30,6 +30,8 @@ func (o *Options) published() daemonconfig.Config {
 		"hub-is-member":              b(o.HubIsMember),
 		"hub-cluster-name":           o.HubClusterName,
 		"prefer-local":               b(o.PreferLocal),
+		"clusterset-alias":           b(o.ClustersetAlias),
+		"cluster-domain":             o.ClusterDomain,
 		"unreachable-grace":          o.UnreachableGrace.String(),
 		"unreachable-withdraw":       o.UnreachableWithdraw.String(),
 		"member-lease-duration":      o.MemberLeaseDuration.String(),

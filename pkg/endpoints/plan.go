@@ -162,31 +162,15 @@ func PlanImport(want *ImportResult, view ImportView, opts ImportOptions) ImportP
 		return plan
 	}
 
-	// The derived Service belongs to the ServiceImport, so the garbage
-	// collector removes it with the import too.
-	derived := DerivedService(want.Import)
-	derived.OwnerReferences = []metav1.OwnerReference{ImportOwner(view.Import)}
-	plan.Derived = planService(derived, view.Derived, func(want, live *corev1.Service) bool {
-		return DerivedServiceUpToDate(want, live) && apiequality.Semantic.DeepEqual(want.OwnerReferences, live.OwnerReferences)
-	}, func(want, live *corev1.Service) *corev1.Service {
-		out := MergeDerivedService(want, live)
-		out.OwnerReferences = want.OwnerReferences
-		return out
-	})
+	// The derived Service and the alias belong to the ServiceImport.
+	owner := ImportOwner(view.Import)
+	plan.Derived = planOwnedService(DerivedService(want.Import), view.Derived, owner, DerivedServiceUpToDate, MergeDerivedService)
 	if plan.Derived.Create != nil {
 		return plan // the import's IPs come from the new Service
 	}
 	switch {
 	case opts.AliasDomain != "" && !view.AliasTaken:
-		alias := AliasService(want.Import, opts.AliasDomain)
-		alias.OwnerReferences = derived.OwnerReferences
-		plan.Alias = planService(alias, view.Alias, func(want, live *corev1.Service) bool {
-			return aliasUpToDate(want, live) && apiequality.Semantic.DeepEqual(want.OwnerReferences, live.OwnerReferences)
-		}, func(want, live *corev1.Service) *corev1.Service {
-			out := mergeAlias(want, live)
-			out.OwnerReferences = want.OwnerReferences
-			return out
-		})
+		plan.Alias = planOwnedService(AliasService(want.Import, opts.AliasDomain), view.Alias, owner, aliasUpToDate, mergeAlias)
 	case opts.AliasDomain == "":
 		plan.Alias.Delete = view.Alias
 	}
@@ -209,6 +193,22 @@ func PlanImport(want *ImportResult, view ImportView, opts ImportOptions) ImportP
 		plan.UpdateImportStatus = upd
 	}
 	return plan
+}
+
+// planOwnedService plans a Service of an import, want, against live:
+// owned by the import (owner), so that the garbage collector removes it
+// with the import too, and compared and merged by upToDate and merge.
+func planOwnedService(want, live *corev1.Service, owner metav1.OwnerReference,
+	upToDate func(want, live *corev1.Service) bool, merge func(want, live *corev1.Service) *corev1.Service,
+) ServiceChange {
+	want.OwnerReferences = []metav1.OwnerReference{owner}
+	return planService(want, live, func(want, live *corev1.Service) bool {
+		return upToDate(want, live) && apiequality.Semantic.DeepEqual(want.OwnerReferences, live.OwnerReferences)
+	}, func(want, live *corev1.Service) *corev1.Service {
+		out := merge(want, live)
+		out.OwnerReferences = want.OwnerReferences
+		return out
+	})
 }
 
 // ImportOwner is the owner reference of a derived Service to its import.

@@ -60,40 +60,7 @@ func checkZonePreference(t *testing.T, hub, east, west *testenv.Cluster, clientI
 	// servers keep answering): the z1 node has no ready endpoint for its
 	// zone and kube-proxy uses every ready one, west's.
 	setReady(t, east, false)
-	changed := time.Now()
-	var firstRemote time.Duration
-	sent, failed := 0, 0
-	var why []string
-	for streak := 0; streak < 40; {
-		if time.Since(changed) > 2*time.Minute {
-			t.Fatalf("2m after east's echo went to 0 replicas: %d requests, %d failed, the last %d all from west; first failures %q", sent, failed, streak, why)
-		}
-		by, fails, err := answersWhy(clientIP, target, 5)
-		if err != nil {
-			fails = []string{err.Error()}
-		}
-		sent += 5
-		failed += len(fails)
-		if len(why) < 5 {
-			why = append(why, fails...)
-		}
-		if by["west"] > 0 && firstRemote == 0 {
-			firstRemote = time.Since(changed)
-		}
-		if by["west"] == 5 {
-			streak += 5
-		} else {
-			streak = 0
-		}
-	}
-	t.Logf("east's backends not ready: the first answer from west came %s later; %d of %d requests failed meanwhile %q",
-		firstRemote.Round(10*time.Millisecond), failed, sent, why)
-	// East's servers still answer while kube-proxy moves: a request may
-	// fail only with the data plane's own blips (a SYN lost while the
-	// rules are replaced), never for long.
-	if failed*10 > sent {
-		t.Errorf("%d of %d requests failed while east's backends went not ready: %q", failed, sent, why)
-	}
+	failOver(t, clientIP, target, "east", "west")
 	checkAllFrom("west")
 
 	// East is back: the z1 node uses only east again.
@@ -247,37 +214,7 @@ func checkThisClusterFirst(t *testing.T, hub, east *testenv.Cluster, reg *testen
 	check(onlyHub, "all from the hub")
 
 	setReady(t, hub, false)
-	changed := time.Now()
-	var firstRemote time.Duration
-	sent, failed := 0, 0
-	var why []string
-	for streak := 0; streak < 40; {
-		if time.Since(changed) > 2*time.Minute {
-			t.Fatalf("2m after the hub's backends went not ready: %d requests, %d failed, the last %d all remote; first failures %q", sent, failed, streak, why)
-		}
-		by, fails, err := answersWhy(clientIP, target, 5)
-		if err != nil {
-			fails = []string{err.Error()}
-		}
-		sent += 5
-		failed += len(fails)
-		if len(why) < 5 {
-			why = append(why, fails...)
-		}
-		if by["east"]+by["west"] > 0 && firstRemote == 0 {
-			firstRemote = time.Since(changed)
-		}
-		if by["east"]+by["west"] == 5 {
-			streak += 5
-		} else {
-			streak = 0
-		}
-	}
-	t.Logf("the hub's backends not ready: the first answer from another cluster came %s later; %d of %d requests failed meanwhile %q",
-		firstRemote.Round(10*time.Millisecond), failed, sent, why)
-	if failed*10 > sent {
-		t.Errorf("%d of %d requests failed while the hub's backends went not ready: %q", failed, sent, why)
-	}
+	failOver(t, clientIP, target, "hub", "east", "west")
 	check(func(by map[string]int) bool { return by["hub"] == 0 && by["east"] > 0 && by["west"] > 0 }, "none from the hub, some from east and from west")
 
 	setReady(t, hub, true)
@@ -295,5 +232,50 @@ func scaleEcho(t *testing.T, c *testenv.Cluster, replicas int32) {
 	scale.Spec.Replicas = replicas
 	if _, err := c.Client.AppsV1().Deployments(appNS).UpdateScale(ctx, "echo", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// failOver follows the client's requests to target, five at a time, after
+// the backends of cluster went not ready, until 40 in a row are answered
+// by the clusters in to. It reports how long the first of those took and
+// how many requests failed meanwhile: the servers of cluster still answer
+// while kube-proxy moves, so a request may fail only with the data plane's
+// own blips (a SYN lost while the rules are replaced), never for long.
+func failOver(t *testing.T, clientIP, target, cluster string, to ...string) {
+	t.Helper()
+	changed := time.Now()
+	var first time.Duration
+	sent, failed := 0, 0
+	var why []string
+	for streak := 0; streak < 40; {
+		if time.Since(changed) > 2*time.Minute {
+			t.Fatalf("2m after %s's backends went not ready: %d requests, %d failed, the last %d answered by %v; first failures %q", cluster, sent, failed, streak, to, why)
+		}
+		by, fails, err := answersWhy(clientIP, target, 5)
+		if err != nil {
+			fails = []string{err.Error()}
+		}
+		sent += 5
+		failed += len(fails)
+		if len(why) < 5 {
+			why = append(why, fails...)
+		}
+		elsewhere := 0
+		for _, c := range to {
+			elsewhere += by[c]
+		}
+		if elsewhere > 0 && first == 0 {
+			first = time.Since(changed)
+		}
+		if elsewhere == 5 {
+			streak += 5
+		} else {
+			streak = 0
+		}
+	}
+	t.Logf("%s's backends not ready: the first answer from %v came %s later; %d of %d requests failed meanwhile %q",
+		cluster, to, first.Round(10*time.Millisecond), failed, sent, why)
+	if failed*10 > sent {
+		t.Errorf("%d of %d requests failed while %s's backends went not ready: %q", failed, sent, cluster, why)
 	}
 }

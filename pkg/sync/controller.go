@@ -177,7 +177,7 @@ func New(hub kubernetes.Interface, hubMCS mcsclientset.Interface, members Member
 	c.zones = &hubZones{}
 	c.report.imports, c.report.preferLocal = caches.imports, opts.PreferLocal
 	if opts.HubCluster != "" {
-		c.report.zones = c.zones
+		c.report.hubCluster, c.report.zones = opts.HubCluster, c.zones
 	}
 	if opts.LeaseNamespace != "" && opts.LeaseDuration > 0 {
 		c.members = leaseMembers{Members: members, c: c}

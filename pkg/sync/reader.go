@@ -76,23 +76,16 @@ func (r *hubReader) readMember(ctx context.Context, key Key) (endpoints.MemberVi
 	var view endpoints.MemberView
 	var holder hubObject
 	name, _ := endpoints.PerClusterName(key.Name, key.Cluster)
-	svc, err := r.liveService(key.Namespace, name)
-	view.Service, err = owned(resourceService, key, svc, err)
-	// One of ours for another key holds the name (a source whose name and
-	// cluster join to the same, an import's alias): the name is taken,
+	// One of ours for another key may hold the name (a source whose name
+	// and cluster join to the same, an import's alias): the name is taken,
 	// and the MCS slices are written all the same.
-	var held *conflictError
-	if errors.As(err, &held) {
-		holder, view.ServiceTaken, err = held.holder, true, nil
-	}
-	if err != nil {
+	svc, err := r.liveService(key.Namespace, name)
+	if view.Service, holder, err = ownedOrHeld(resourceService, key, svc, err); err != nil {
 		return view, nil, err
 	}
+	view.ServiceTaken = holder != nil
 	eps, err := r.liveEndpoints(key.Namespace, name)
-	if view.Endpoints, err = owned(resourceEndpoints, key, eps, err); errors.As(err, &held) {
-		err = nil // not ours to touch
-	}
-	if err != nil {
+	if view.Endpoints, _, err = ownedOrHeld(resourceEndpoints, key, eps, err); err != nil {
 		return view, nil, err
 	}
 	if view.Service == nil && !view.ServiceTaken {
@@ -175,16 +168,24 @@ func (r *hubReader) readImport(ctx context.Context, key Key) (endpoints.ImportVi
 func (r *hubReader) readAlias(ctx context.Context, key Key) (*corev1.Service, hubObject, error) {
 	name := endpoints.AliasName(key.Name)
 	svc, err := r.liveService(key.Namespace, name)
-	alias, err := owned(resourceService, key, svc, err)
-	var held *conflictError
-	switch {
-	case errors.As(err, &held):
-		return nil, held.holder, nil
-	case err != nil || alias != nil:
-		return alias, nil, err
+	alias, holder, err := ownedOrHeld(resourceService, key, svc, err)
+	if err != nil || alias != nil || holder != nil {
+		return alias, holder, err
 	}
-	holder, err := r.holder(ctx, resourceService, key.Namespace, name)
+	holder, err = r.holder(ctx, resourceService, key.Namespace, name)
 	return nil, holder, err
+}
+
+// ownedOrHeld is owned, but one of ours for another key is the holder of
+// the name rather than an error: a key whose object it is not leaves it
+// alone and goes on with its other objects.
+func ownedOrHeld[T hubObject](resource string, key Key, live T, err error) (T, hubObject, error) {
+	obj, err := owned(resource, key, live, err)
+	var held *conflictError
+	if errors.As(err, &held) {
+		return obj, held.holder, nil
+	}
+	return obj, nil, err
 }
 
 // owned turns what a live read returned into the key's object: nil when

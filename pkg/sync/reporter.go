@@ -47,8 +47,10 @@ type reporter struct {
 	// caches exist. preferLocal is the daemon's default for them.
 	imports     mcslisters.ServiceImportLister
 	preferLocal bool
-	// zones are the hub's Nodes' zones where the hub is a member; else nil.
-	zones *hubZones
+	// hubCluster is the hub's member name and zones its Nodes' zones,
+	// where the hub is a member; else "" and nil.
+	hubCluster string
+	zones      *hubZones
 }
 
 // Describe implements prometheus.Collector.
@@ -110,7 +112,7 @@ func (r reporter) localityImports() map[string]int {
 	out := map[string]int{"spread": 0, "same-zone": 0, "prefer-local": 0}
 	for _, imp := range list {
 		switch l := endpoints.LocalityOf(imp); {
-		case r.zones != nil && l.PrefersLocal(r.preferLocal) && endpoints.PreferLocalBlocked("hub", r.zones.get()) == "":
+		case r.zones != nil && l.PrefersLocal(r.preferLocal) && endpoints.PreferLocalBlocked(r.hubCluster, r.zones.get()) == "":
 			out["prefer-local"]++
 		case l.ZoneHinted:
 			out["same-zone"]++

@@ -74,6 +74,14 @@ MCS_CONFORMANCE := $(abspath $(CACHE_DIR))/bin/mcs-conformance-$(MCS_CONFORMANCE
 HELM_VERSION := v3.22.0
 HELM := $(abspath $(CACHE_DIR))/bin/helm-$(HELM_VERSION)/helm
 
+# Envoy Gateway's controller for the Gateway API test (test/e2e), installed
+# from its pinned Go module into the cache with the module's CRDs (Gateway
+# API's and its own) beside it in crds/. No Envoy is needed: the test reads
+# what the controller would program, not traffic.
+ENVOY_GATEWAY_VERSION := v1.9.1
+ENVOY_GATEWAY_DIR := $(abspath $(CACHE_DIR))/bin/envoy-gateway-$(ENVOY_GATEWAY_VERSION)
+ENVOY_GATEWAY := $(ENVOY_GATEWAY_DIR)/envoy-gateway
+
 # golangci-lint for `make lint` (configuration: .golangci.yml), installed
 # from its pinned Go module into the cache like Helm.
 GOLANGCI_LINT_VERSION := v2.15.0
@@ -160,7 +168,8 @@ test: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
-test: modules tools ## Run all tests (unit, e2e, real-node) against the real Kubernetes binaries; builds them first if missing
+test: export ENDPOINT_AGGREGATOR_ENVOY_GATEWAY = $(ENVOY_GATEWAY)
+test: modules tools $(ENVOY_GATEWAY) ## Run all tests (unit, e2e, real-node) against the real Kubernetes binaries; builds them first if missing
 	$(MAKE) --no-print-directory test-unit
 	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory test-node
@@ -177,7 +186,8 @@ test-e2e: export ENDPOINT_AGGREGATOR_ASSETS = $(ASSETS_DIR)
 test-e2e: export ENDPOINT_AGGREGATOR_COREDNS = $(COREDNS)
 test-e2e: export ENDPOINT_AGGREGATOR_HELM = $(HELM)
 test-e2e: export ENDPOINT_AGGREGATOR_PROMETHEUS = $(PROMETHEUS_DIR)
-test-e2e: tools ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
+test-e2e: export ENDPOINT_AGGREGATOR_ENVOY_GATEWAY = $(ENVOY_GATEWAY)
+test-e2e: tools $(ENVOY_GATEWAY) ## Run the end-to-end tests in ./test/e2e against real kube-apiservers
 	@pkgs="$$($(GO) list -e ./test/e2e/... 2>/dev/null)"; \
 	if [ -z "$$pkgs" ]; then echo "test-e2e: no packages under ./test/e2e"; exit 0; fi; \
 	echo "$(GO) test -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/..."; \
@@ -271,6 +281,9 @@ coredns: $(COREDNS) ## Build CoreDNS (kubernetes plugin, for the e2e DNS tests) 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) ## Build Prometheus and promtool (for the monitoring tests) into the cache if missing (~7 min cold)
 
+.PHONY: envoy-gateway
+envoy-gateway: $(ENVOY_GATEWAY) ## Build Envoy Gateway's controller (for the e2e Gateway API test) and fetch its CRDs into the cache if missing (~6 min cold)
+
 .PHONY: node-tools
 node-tools: $(NODE_TOOLS) ## Build kubelet, kube-scheduler and kube-proxy into the cache if missing (~2 min once kube-apiserver is built)
 
@@ -334,6 +347,19 @@ $(COREDNS):
 	@echo "building CoreDNS $(COREDNS_VERSION) from source into the cache, once (a few minutes cold; output in $(BUILD_LOG))"
 	@$(call quietly,$(GO) build -C hack/coredns -o $@.tmp .)
 	@mv -f $@.tmp $@
+
+# go install into a temporary GOBIN, then rename, as for Helm; the CRDs are
+# the plain YAML of the module's chart (charts/gateway-helm/charts/crds),
+# copied first, so a binary in place means its CRDs are too.
+$(ENVOY_GATEWAY):
+	@mkdir -p $(@D)
+	@echo "building Envoy Gateway $(ENVOY_GATEWAY_VERSION) into the cache, once (about 6 minutes cold; output in $(BUILD_LOG))"
+	@tmp="$$(mktemp -d '$(@D)/.build.XXXXXX')"; trap 'rm -rf "$$tmp"' EXIT; \
+	$(call quietly,GOBIN="$$tmp" $(GO) install -trimpath github.com/envoyproxy/gateway/cmd/envoy-gateway@$(ENVOY_GATEWAY_VERSION)); \
+	src="$$($(GO) mod download -json github.com/envoyproxy/gateway@$(ENVOY_GATEWAY_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')"; \
+	test -n "$$src" && rm -rf $(@D)/crds && mkdir -p $(@D)/crds && \
+	cp "$$src"/charts/gateway-helm/charts/crds/crds/gatewayapi-crds.yaml "$$src"/charts/gateway-helm/charts/crds/crds/generated/*.yaml $(@D)/crds/ && \
+	chmod u+w $(@D)/crds/*.yaml && mv -f "$$tmp/envoy-gateway" $@
 
 # Prometheus without its service-discovery plugins (the tests scrape static
 # targets) and without the web UI's assets (they query the HTTP API).

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"maps"
+	"net/netip"
 	"slices"
 	"unique"
 
@@ -11,6 +12,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/internal/intern"
 )
 
 // The daemon's hub caches hold digests of its EndpointSlices and Endpoints
@@ -44,14 +47,15 @@ type SliceDigest struct {
 	Unzoned bool
 }
 
-// DigestSlice returns the digest of s. It shares s's metadata and ports,
-// so s must not be modified afterwards.
+// DigestSlice returns the digest of s. It shares s's metadata, so s must
+// not be modified afterwards; its ports are shared with every other digest
+// of equal ports (intern.Ports), which lets the planner key each set once.
 func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 	d := &SliceDigest{
 		TypeMeta:    s.TypeMeta,
 		ObjectMeta:  s.ObjectMeta,
 		AddressType: s.AddressType,
-		Ports:       s.Ports,
+		Ports:       intern.Ports(s.Ports),
 		AddressKeys: make([]uint64, len(s.Endpoints)),
 	}
 	if r, ok := s.Annotations[AnnotationExportRecord]; ok {
@@ -78,6 +82,15 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 // seed, never 0.
 func AddressKey(addr string) uint64 {
 	return max(maphash.String(hashSeed, addr), 1)
+}
+
+// maxAddrText is the longest text form of an address without a zone.
+const maxAddrText = len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")
+
+// addrKey is AddressKey of addr in text form, without making the string.
+func addrKey(addr netip.Addr) uint64 {
+	var buf [maxAddrText]byte
+	return max(maphash.Bytes(hashSeed, addr.AppendTo(buf[:0])), 1)
 }
 
 // hashEndpoints is the Hash a slice holding eps, in this order and as
@@ -176,9 +189,9 @@ func hashEndpoint(h *maphash.Hash, ep *discoveryv1.Endpoint) {
 
 // hashMemberEndpoint writes what hashEndpoint writes for the endpoint
 // hubEndpointInto makes of ep at addr, hinted for zones, without making it.
-func hashMemberEndpoint(h *maphash.Hash, addr string, ep *MemberEndpoint, zones []string) {
+func hashMemberEndpoint(h *maphash.Hash, addr netip.Addr, ep *MemberEndpoint, zones []string) {
 	writeInt(h, 1)
-	writeString(h, addr)
+	writeAddr(h, addr)
 	t := ep.attrs.Value()
 	for _, c := range []struct{ set, isTrue conditions }{
 		{readySet, readyTrue}, {servingSet, servingTrue}, {terminatingSet, terminatingTrue},
@@ -242,15 +255,55 @@ func hashSubsets(subsets []corev1.EndpointSubset) uint64 {
 				}
 			}
 		}
-		writeInt(&h, len(ss.Ports))
-		for _, p := range ss.Ports {
-			writeString(&h, p.Name)
-			writeInt(&h, int(p.Port))
-			writeString(&h, string(protocolOrTCP(p.Protocol)))
-			writeStringPtr(&h, p.AppProtocol)
-		}
+		hashEndpointPorts(&h, ss.Ports)
 	}
 	return h.Sum64()
+}
+
+func hashEndpointPorts(h *maphash.Hash, ports []corev1.EndpointPort) {
+	writeInt(h, len(ports))
+	for _, p := range ports {
+		writeString(h, p.Name)
+		writeInt(h, int(p.Port))
+		writeString(h, string(protocolOrTCP(p.Protocol)))
+		writeStringPtr(h, p.AppProtocol)
+	}
+}
+
+// hashPlannedSubsets is hashSubsets of buildSubsets(subs), without making
+// them.
+func hashPlannedSubsets(subs []plannedSubset) uint64 {
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	writeInt(&h, len(subs))
+	for i := range subs {
+		ss := &subs[i]
+		for _, list := range [][]desiredEndpoint{ss.ready, ss.notReady} {
+			writeInt(&h, len(list))
+			for _, d := range list {
+				writeAddr(&h, d.addr)
+				writeString(&h, d.ep.hostnameOrEmpty())
+				t := d.ep.attrs.Value()
+				if t.set&nodeSet == 0 {
+					h.WriteByte(0)
+				} else {
+					h.WriteByte(1)
+					writeString(&h, t.node)
+				}
+				h.WriteByte(0) // no TargetRef
+			}
+		}
+		hashEndpointPorts(&h, ss.ports)
+	}
+	return h.Sum64()
+}
+
+// writeAddr writes addr as writeString writes its text form.
+func writeAddr(h *maphash.Hash, addr netip.Addr) {
+	var buf [maxAddrText]byte
+	text := addr.AppendTo(buf[:0])
+	writeInt(h, len(text))
+	_, _ = h.Write(text)
 }
 
 // The writers below frame every value (length prefixes, presence bytes) so

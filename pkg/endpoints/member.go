@@ -209,6 +209,14 @@ func (ep *MemberEndpoint) Hostname() *string {
 	return &v
 }
 
+// hostnameOrEmpty returns the hostname; "" when unset.
+func (ep *MemberEndpoint) hostnameOrEmpty() string {
+	if ep.hostname == (unique.Handle[string]{}) {
+		return ""
+	}
+	return ep.hostname.Value()
+}
+
 // NodeName returns the node name; nil when unset.
 func (ep *MemberEndpoint) NodeName() *string {
 	t := ep.attrs.Value()

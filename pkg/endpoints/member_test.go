@@ -178,7 +178,7 @@ func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 			continue
 		}
 		m := projectEndpoint(&ep)
-		addr := m.Addr().String()
+		addr := m.Addr()
 		var written discoveryv1.Endpoint
 		hubEndpointInto(addr, &m, Hints{OwnZone: true}, &written)
 		if got, want := written.Hints != nil, ptr.Deref(ep.Zone, "") != ""; got != want {

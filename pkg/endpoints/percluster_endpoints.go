@@ -3,12 +3,14 @@ package endpoints
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -28,45 +30,72 @@ var endpointsAnnotationKeys = []string{AnnotationSource, AnnotationOverCapacity}
 // ready addresses first, and annotated with AnnotationOverCapacity. A Service
 // without endpoints gets an Endpoints without subsets.
 func PerClusterEndpoints(src Source) *corev1.Endpoints {
-	ep := &corev1.Endpoints{
-		ObjectMeta: perClusterMeta(src),
-		Subsets:    endpointSubsets(src),
+	subs, truncated := perClusterSubsets(src)
+	return &corev1.Endpoints{ObjectMeta: perClusterEndpointsMeta(src, truncated), Subsets: buildSubsets(subs)}
+}
+
+// perClusterEndpointsCurrent reports whether live holds what
+// PerClusterEndpoints(src) returns, without making it: an in-sync plan
+// makes no text of any address.
+func perClusterEndpointsCurrent(src Source, live *EndpointsDigest) bool {
+	subs, truncated := perClusterSubsets(src)
+	meta := perClusterEndpointsMeta(src, truncated)
+	return ownedEqual(meta.Labels, live.Labels, perClusterLabelKeys) &&
+		ownedEqual(meta.Annotations, live.Annotations, endpointsAnnotationKeys) &&
+		hashPlannedSubsets(subs) == live.Hash
+}
+
+// perClusterSubsets returns the subsets of src's per-cluster Endpoints,
+// truncated to MaxEndpointsAddresses, and whether they were.
+func perClusterSubsets(src Source) ([]plannedSubset, bool) {
+	subs := planSubsets(src)
+	if !truncateSubsets(subs, MaxEndpointsAddresses) {
+		return subs, false
 	}
-	if truncateSubsets(ep.Subsets, MaxEndpointsAddresses) {
-		ep.Subsets = slices.DeleteFunc(ep.Subsets, func(s corev1.EndpointSubset) bool {
-			return len(s.Addresses) == 0 && len(s.NotReadyAddresses) == 0
-		})
-		if ep.Annotations == nil {
-			ep.Annotations = make(map[string]string, 1)
+	return slices.DeleteFunc(subs, func(s plannedSubset) bool {
+		return len(s.ready) == 0 && len(s.notReady) == 0
+	}), true
+}
+
+// perClusterEndpointsMeta is the metadata of src's per-cluster Endpoints,
+// annotated with AnnotationOverCapacity when truncated.
+func perClusterEndpointsMeta(src Source, truncated bool) metav1.ObjectMeta {
+	meta := perClusterMeta(src)
+	if truncated {
+		if meta.Annotations == nil {
+			meta.Annotations = make(map[string]string, 1)
 		}
-		ep.Annotations[AnnotationOverCapacity] = OverCapacityTruncated
+		meta.Annotations[AnnotationOverCapacity] = OverCapacityTruncated
 	}
-	return ep
+	return meta
 }
 
-// subsetAddress is an address of a subset being built.
-type subsetAddress struct {
-	corev1.EndpointAddress
-	ready bool
+// plannedSubset is a subset of a per-cluster Endpoints before it is made:
+// its ports and, sorted by address in text form, the member endpoints
+// that represent its ready and not-ready addresses.
+type plannedSubset struct {
+	ports           []corev1.EndpointPort
+	ready, notReady []desiredEndpoint
 }
 
-// preferredAddress reports whether a should represent an IP rather than b:
-// ready first, then, only for determinism, the lower hostname and node name.
-func preferredAddress(a, b subsetAddress) bool {
-	if a.ready != b.ready {
-		return a.ready
+// preferredAddress reports whether a should represent an address rather
+// than b: ready first, then, only for determinism, the lower hostname and
+// node name.
+func preferredAddress(a, b *MemberEndpoint) bool {
+	if ra, rb := a.IsReady(), b.IsReady(); ra != rb {
+		return ra
 	}
 	return cmp.Or(
-		strings.Compare(a.Hostname, b.Hostname),
-		strings.Compare(ptr.Deref(a.NodeName, ""), ptr.Deref(b.NodeName, "")),
+		strings.Compare(a.hostnameOrEmpty(), b.hostnameOrEmpty()),
+		strings.Compare(a.attrs.Value().node, b.attrs.Value().node),
 	) < 0
 }
 
-// endpointSubsets groups the addresses of src by port set, sorted by ports.
-func endpointSubsets(src Source) []corev1.EndpointSubset {
+// planSubsets groups the addresses of src by port set, sorted by ports.
+func planSubsets(src Source) []plannedSubset {
 	type subset struct {
 		ports []corev1.EndpointPort
-		addrs map[string]subsetAddress
+		addrs map[netip.Addr]*MemberEndpoint
 	}
 	byPorts := make(map[string]*subset)
 	ipSlices := src.ipSlices()
@@ -74,42 +103,78 @@ func endpointSubsets(src Source) []corev1.EndpointSubset {
 	for _, sl := range ipSlices {
 		total += len(sl.Endpoints)
 	}
+	// Member slices share their ports when equal (intern.Ports): the last
+	// slice's subset is reused while they are the same.
+	var s *subset
+	var lastPorts []discoveryv1.EndpointPort
 	for _, sl := range ipSlices {
-		ports := endpointPorts(sl.Ports)
-		key := endpointPortsKey(ports)
-		s := byPorts[key]
-		if s == nil {
-			s = &subset{ports: ports, addrs: make(map[string]subsetAddress, total)}
-			byPorts[key] = s
+		if s == nil || !samePorts(sl.Ports, lastPorts) {
+			ports := endpointPorts(sl.Ports)
+			key := endpointPortsKey(ports)
+			if s = byPorts[key]; s == nil {
+				s = &subset{ports: ports, addrs: make(map[netip.Addr]*MemberEndpoint, total)}
+				byPorts[key] = s
+			}
+			lastPorts = sl.Ports
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			ip := ep.Addr().String()
-			a := subsetAddress{
-				EndpointAddress: corev1.EndpointAddress{IP: ip, Hostname: ptr.Deref(ep.Hostname(), ""), NodeName: ep.NodeName()},
-				ready:           ep.IsReady(),
-			}
-			if cur, ok := s.addrs[ip]; !ok || preferredAddress(a, cur) {
-				s.addrs[ip] = a
+			addr := ep.Addr()
+			if cur, ok := s.addrs[addr]; !ok || preferredAddress(ep, cur) {
+				s.addrs[addr] = ep
 			}
 		}
 	}
 
-	var out []corev1.EndpointSubset
+	var out []plannedSubset
 	for _, key := range slices.Sorted(maps.Keys(byPorts)) {
 		s := byPorts[key]
 		if len(s.addrs) == 0 {
 			continue
 		}
-		subset := corev1.EndpointSubset{Ports: s.ports}
-		for _, ip := range slices.Sorted(maps.Keys(s.addrs)) {
-			if a := s.addrs[ip]; a.ready {
-				subset.Addresses = append(subset.Addresses, a.EndpointAddress)
-			} else {
-				subset.NotReadyAddresses = append(subset.NotReadyAddresses, a.EndpointAddress)
-			}
+		all := make([]desiredEndpoint, 0, len(s.addrs))
+		for addr, ep := range s.addrs {
+			all = append(all, desiredEndpoint{addr, ep})
 		}
+		// Ready addresses first, each part sorted.
+		slices.SortFunc(all, func(a, b desiredEndpoint) int {
+			return cmp.Or(cmp.Compare(b2i(!a.ep.IsReady()), b2i(!b.ep.IsReady())), compareEndpoints(a, b))
+		})
+		ready := slices.IndexFunc(all, func(d desiredEndpoint) bool { return !d.ep.IsReady() })
+		if ready < 0 {
+			ready = len(all)
+		}
+		out = append(out, plannedSubset{ports: s.ports, ready: all[:ready:ready], notReady: all[ready:]})
+	}
+	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildSubsets makes the planned subsets.
+func buildSubsets(subs []plannedSubset) []corev1.EndpointSubset {
+	var out []corev1.EndpointSubset
+	for _, ps := range subs {
+		subset := corev1.EndpointSubset{Ports: ps.ports}
+		subset.Addresses = subsetAddresses(ps.ready)
+		subset.NotReadyAddresses = subsetAddresses(ps.notReady)
 		out = append(out, subset)
+	}
+	return out
+}
+
+func subsetAddresses(list []desiredEndpoint) []corev1.EndpointAddress {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]corev1.EndpointAddress, len(list))
+	for i, d := range list {
+		out[i] = corev1.EndpointAddress{IP: d.addr.String(), Hostname: d.ep.hostnameOrEmpty(), NodeName: d.ep.NodeName()}
 	}
 	return out
 }
@@ -163,11 +228,11 @@ func endpointPortsKey(ports []corev1.EndpointPort) string {
 // cut shared across subsets in proportion to their size, rounded up, in
 // subset order. Addresses are kept in order. It reports whether any address
 // was dropped; subsets may be left empty.
-func truncateSubsets(subsets []corev1.EndpointSubset, limit int) bool {
+func truncateSubsets(subsets []plannedSubset, limit int) bool {
 	ready, notReady := 0, 0
 	for _, s := range subsets {
-		ready += len(s.Addresses)
-		notReady += len(s.NotReadyAddresses)
+		ready += len(s.ready)
+		notReady += len(s.notReady)
 	}
 	if ready+notReady <= limit {
 		return false
@@ -180,10 +245,10 @@ func truncateSubsets(subsets []corev1.EndpointSubset, limit int) bool {
 	left := budget
 	for i := range subsets {
 		s := &subsets[i]
-		list := &s.NotReadyAddresses
+		list := &s.notReady
 		if cutReady {
-			s.NotReadyAddresses = nil
-			list = &s.Addresses
+			s.notReady = nil
+			list = &s.ready
 		}
 		keep := min((len(*list)*budget+total-1)/total, left)
 		if keep == 0 {

@@ -74,10 +74,8 @@ func PlanMember(namespace, service, cluster string, src *Source, mode PerCluster
 		plan.Slices = PlanSlicesDelete(namespace, service, cluster, view.Slices)
 	}
 	var wantSvc *corev1.Service
-	var wantEps *corev1.Endpoints
 	if src != nil && mode != PerClusterOff && !view.ServiceTaken {
 		wantSvc = PerClusterService(*src, mode)
-		wantEps = PerClusterEndpoints(*src)
 	}
 	if wantSvc == nil {
 		if view.Endpoints != nil {
@@ -89,11 +87,12 @@ func PlanMember(namespace, service, cluster string, src *Source, mode PerCluster
 		return plan
 	}
 	plan.Service = planService(wantSvc, view.Service, ServiceUpToDate, MergeService)
+	// The Endpoints are made only to be written.
 	switch {
 	case view.Endpoints == nil:
-		plan.Endpoints.Create = wantEps
-	case !EndpointsUpToDate(wantEps, view.Endpoints):
-		plan.Endpoints.Update = MergeEndpoints(wantEps, view.Endpoints)
+		plan.Endpoints.Create = PerClusterEndpoints(*src)
+	case !perClusterEndpointsCurrent(*src, view.Endpoints):
+		plan.Endpoints.Update = MergeEndpoints(PerClusterEndpoints(*src), view.Endpoints)
 	}
 	return plan
 }

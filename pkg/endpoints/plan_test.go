@@ -16,7 +16,7 @@ func planSource() Source {
 }
 
 // viewAfter is the hub view a member plan leaves when every write succeeds.
-func viewAfter(t *testing.T, view MemberView, plan MemberPlan) MemberView {
+func viewAfter(t testing.TB, view MemberView, plan MemberPlan) MemberView {
 	t.Helper()
 	if len(view.Slices) > 0 {
 		t.Fatal("viewAfter: start from a view without slices")

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,32 +42,33 @@ func SliceLabels(namespace, service, cluster string) map[string]string {
 type sliceGroup struct {
 	addressType discoveryv1.AddressType
 	ports       []discoveryv1.EndpointPort // sorted by comparePorts
-	// endpoints maps addresses, in text form, to member endpoints: they are
-	// read-only and written out by hubEndpointInto.
-	endpoints map[string]*MemberEndpoint
+	// endpoints maps addresses to member endpoints: they are read-only and
+	// written out by hubEndpointInto. No address is made text to plan: a
+	// plan that writes nothing allocates nothing per endpoint.
+	endpoints map[netip.Addr]*MemberEndpoint
 	// byKey maps the AddressKey of each address in endpoints to it, made
 	// when first needed (addressOf).
-	byKey map[uint64]string
+	byKey map[uint64]netip.Addr
 	// hints hints the group's endpoints (see groupHints).
 	hints Hints
 }
 
 // addressOf returns the address of g whose AddressKey is key.
-func (g *sliceGroup) addressOf(key uint64) (string, bool) {
+func (g *sliceGroup) addressOf(key uint64) (netip.Addr, bool) {
 	if g.byKey == nil {
-		g.byKey = make(map[uint64]string, len(g.endpoints))
+		g.byKey = make(map[uint64]netip.Addr, len(g.endpoints))
 		for addr := range g.endpoints {
-			g.byKey[AddressKey(addr)] = addr
+			g.byKey[addrKey(addr)] = addr
 		}
 	}
 	addr, ok := g.byKey[key]
 	return addr, ok
 }
 
-// desiredEndpoint is a member endpoint with its address in text form, which
-// orders the endpoints of a hub slice.
+// desiredEndpoint is a member endpoint with its address, which orders the
+// endpoints of a hub slice.
 type desiredEndpoint struct {
-	addr string
+	addr netip.Addr
 	ep   *MemberEndpoint
 }
 
@@ -80,20 +82,27 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 	for _, sl := range ipSlices {
 		total += len(sl.Endpoints)
 	}
+	// Member slices share their ports when equal (intern.Ports): the key
+	// of the last slice's ports is reused while they are the same.
+	var lastPorts []discoveryv1.EndpointPort
+	var lastType discoveryv1.AddressType
+	var key string
 	for _, sl := range ipSlices {
-		key := groupKey(sl.AddressType, sl.Ports)
+		if key == "" || sl.AddressType != lastType || !samePorts(sl.Ports, lastPorts) {
+			key, lastType, lastPorts = groupKey(sl.AddressType, sl.Ports), sl.AddressType, sl.Ports
+		}
 		g := groups[key]
 		if g == nil {
 			g = &sliceGroup{
 				addressType: sl.AddressType,
 				ports:       sortedPorts(sl.Ports),
-				endpoints:   make(map[string]*MemberEndpoint, total),
+				endpoints:   make(map[netip.Addr]*MemberEndpoint, total),
 			}
 			groups[key] = g
 		}
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
-			addr := ep.Addr().String()
+			addr := ep.Addr()
 			if cur, ok := g.endpoints[addr]; !ok || preferred(addr, ep, cur) {
 				g.endpoints[addr] = ep
 			}
@@ -105,9 +114,9 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 // hubEndpointInto writes into out the endpoint the hub carries for ep at
 // addr: everything the projection holds, and the hints h gives it, in fresh
 // memory.
-func hubEndpointInto(addr string, ep *MemberEndpoint, h Hints, out *discoveryv1.Endpoint) {
+func hubEndpointInto(addr netip.Addr, ep *MemberEndpoint, h Hints, out *discoveryv1.Endpoint) {
 	*out = discoveryv1.Endpoint{
-		Addresses: []string{addr},
+		Addresses: []string{addr.String()},
 		Conditions: discoveryv1.EndpointConditions{
 			Ready:       ep.Ready(),
 			Serving:     ep.Serving(),
@@ -123,7 +132,7 @@ func hubEndpointInto(addr string, ep *MemberEndpoint, h Hints, out *discoveryv1.
 // preferred reports whether a should represent addr rather than b: ready
 // first, then serving, then not terminating. The final tie-break on the
 // carried fields only makes the choice independent of input order.
-func preferred(addr string, a, b *MemberEndpoint) bool {
+func preferred(addr netip.Addr, a, b *MemberEndpoint) bool {
 	if ra, rb := a.IsReady(), b.IsReady(); ra != rb {
 		return ra
 	}
@@ -170,6 +179,12 @@ func sortedPorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
 	}
 	slices.SortFunc(out, comparePorts)
 	return out
+}
+
+// samePorts reports whether a and b are the same list in memory (not
+// merely equal).
+func samePorts(a, b []discoveryv1.EndpointPort) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // groupKey identifies the group of a slice with addressType and ports,

@@ -1,8 +1,10 @@
 package endpoints
 
 import (
+	"bytes"
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,14 +85,31 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 	unchanged := make(map[*sliceGroup][]*plannedSlice)
 	changed := make(map[*sliceGroup][]*plannedSlice)
 
-	// 1. Keep the endpoints of existing slices that are still desired.
-	for _, es := range ownedSlices(existing, namespace, service, cluster) {
-		g := groups[groupKey(es.AddressType, es.Ports)]
+	// 1. Keep the endpoints of existing slices that are still desired. The
+	// planned slices and their endpoints share two allocations, whatever
+	// the number of slices: a plan that writes nothing allocates little.
+	owned := ownedSlices(existing, namespace, service, cluster)
+	kept := make([]plannedSlice, len(owned))
+	total := 0
+	for _, es := range owned {
+		total += len(es.AddressKeys)
+	}
+	keptEndpoints := make([]desiredEndpoint, total)
+	var lastPorts []discoveryv1.EndpointPort
+	var lastType discoveryv1.AddressType
+	var lastKey string
+	for i, es := range owned {
+		if lastKey == "" || es.AddressType != lastType || !samePorts(es.Ports, lastPorts) {
+			lastKey, lastType, lastPorts = groupKey(es.AddressType, es.Ports), es.AddressType, es.Ports
+		}
+		g := groups[lastKey]
 		if g == nil {
 			toDelete = append(toDelete, es)
 			continue
 		}
-		ps, dirty := keepDesired(es, g)
+		n := len(es.AddressKeys)
+		ps, dirty := &kept[i], keepDesired(es, g, &kept[i], keptEndpoints[:0:n])
+		keptEndpoints = keptEndpoints[n:]
 		dirty = dirty || !ownedEqual(labels, es.Labels, sliceLabelKeys) ||
 			!ownedEqual(annotations, es.Annotations, sliceAnnotationKeys)
 		switch {
@@ -104,9 +123,9 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		case len(ps.endpoints) == 0:
 			toDelete = append(toDelete, es)
 		case dirty:
-			changed[g] = append(changed[g], ps)
+			changed[g] = appendPlanned(changed[g], ps, len(owned))
 		default:
-			unchanged[g] = append(unchanged[g], ps)
+			unchanged[g] = appendPlanned(unchanged[g], ps, len(owned))
 		}
 	}
 
@@ -155,9 +174,11 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 	}
 
 	var plan SlicePlan
-	names := newSliceNamer(existing, namespace, service, cluster)
-	for _, ps := range created {
-		plan.Create = append(plan.Create, ps.object(names.next(), namespace, labels, annotations))
+	if len(created) > 0 {
+		names := newSliceNamer(existing, namespace, service, cluster)
+		for _, ps := range created {
+			plan.Create = append(plan.Create, ps.object(names.next(), namespace, labels, annotations))
+		}
 	}
 	for _, ps := range toUpdate {
 		plan.Update = append(plan.Update, ps.object("", namespace, labels, annotations))
@@ -185,7 +206,7 @@ func PlanSlicesDelete(namespace, service, cluster string, existing []*SliceDiges
 // ownedSlices returns the slices of existing that are ours for the source,
 // sorted by name.
 func ownedSlices(existing []*SliceDigest, namespace, service, cluster string) []*SliceDigest {
-	var out []*SliceDigest
+	out := make([]*SliceDigest, 0, len(existing))
 	for _, es := range existing {
 		if es != nil && ownsSlice(es, namespace, service, cluster) {
 			out = append(out, es)
@@ -207,12 +228,13 @@ func SourceRecord(namespace, service, cluster string, existing []*SliceDigest) (
 	return owned[0].Annotations[AnnotationExportRecord], true
 }
 
-// keepDesired returns the endpoints of es still desired in g, in their
-// desired (member) version, and removes them from g. dirty reports whether
+// keepDesired fills ps, planned from es, with the endpoints of es still
+// desired in g, in their desired (member) version, taken from g; their
+// list is built in buf (its capacity is all it may use). It reports whether
 // any was dropped or changed. Endpoints beyond MaxEndpointsPerSlice go back
 // to g.
-func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) {
-	ps = &plannedSlice{existing: es, group: g, endpoints: make([]desiredEndpoint, 0, len(es.AddressKeys))}
+func keepDesired(es *SliceDigest, g *sliceGroup, ps *plannedSlice, buf []desiredEndpoint) (dirty bool) {
+	*ps = plannedSlice{existing: es, group: g, endpoints: buf}
 	for _, key := range es.AddressKeys {
 		addr, _ := g.addressOf(key)
 		want, ok := g.endpoints[addr]
@@ -228,12 +250,21 @@ func keepDesired(es *SliceDigest, g *sliceGroup) (ps *plannedSlice, dirty bool) 
 		for _, d := range ps.endpoints[MaxEndpointsPerSlice:] {
 			g.endpoints[d.addr] = d.ep
 		}
-		ps.endpoints = ps.endpoints[:MaxEndpointsPerSlice]
-		return ps, true
+		ps.endpoints = ps.endpoints[:MaxEndpointsPerSlice:MaxEndpointsPerSlice]
+		return true
 	}
 	// With every endpoint still desired, in the slice's order, the slice is
 	// unchanged if their desired versions hash to its content.
-	return ps, dirty || hashEndpoints(ps.endpoints, g.hints) != es.Hash
+	return dirty || hashEndpoints(ps.endpoints, g.hints) != es.Hash
+}
+
+// appendPlanned appends ps to list, which it makes with room for n the
+// first time.
+func appendPlanned(list []*plannedSlice, ps *plannedSlice, n int) []*plannedSlice {
+	if list == nil {
+		list = make([]*plannedSlice, 0, n)
+	}
+	return append(list, ps)
 }
 
 // placeholderGroup returns the group of src's placeholder slice, added to
@@ -245,7 +276,7 @@ func placeholderGroup(src Source, groups map[string]*sliceGroup) *sliceGroup {
 		}
 	}
 	clear(groups)
-	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[string]*MemberEndpoint{}}
+	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[netip.Addr]*MemberEndpoint{}}
 	groups[groupKey(g.addressType, nil)] = g
 	return g
 }
@@ -288,10 +319,45 @@ func fullestFirst(a, b *plannedSlice) int {
 	)
 }
 
-// compareEndpoints orders endpoints by address, in text form.
+// compareEndpoints orders endpoints by address in text form, as they have
+// always been written (so a slice written before reads the same), without
+// making the text.
 func compareEndpoints(a, b desiredEndpoint) int {
-	return strings.Compare(a.addr, b.addr)
+	return compareAddrText(a.addr, b.addr)
 }
+
+// compareAddrText compares a and b as strings.Compare compares their text.
+// Two IPv4 addresses compare octet by octet, each octet by the place of its
+// decimal text among those of 0-255: a dotted quad's text orders that way,
+// since a '.' or the end sorts before any digit.
+func compareAddrText(a, b netip.Addr) int {
+	if a.Is4() && b.Is4() {
+		x, y := a.As4(), b.As4()
+		for i := range x {
+			if c := cmp.Compare(octetTextRank[x[i]], octetTextRank[y[i]]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	}
+	var bufA, bufB [maxAddrText]byte
+	return bytes.Compare(a.AppendTo(bufA[:0]), b.AppendTo(bufB[:0]))
+}
+
+// octetTextRank is the place of each octet's decimal text among those of
+// 0-255 in string order.
+var octetTextRank = func() (rank [256]uint8) {
+	texts := make([]string, 256)
+	for i := range texts {
+		texts[i] = strconv.Itoa(i)
+	}
+	slices.Sort(texts)
+	for place, text := range texts {
+		n, _ := strconv.Atoi(text)
+		rank[n] = uint8(place)
+	}
+	return rank
+}()
 
 // object returns the planned slice as a new object. New slices get name;
 // existing ones keep their metadata with our labels applied.

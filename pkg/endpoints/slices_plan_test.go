@@ -535,3 +535,19 @@ func BenchmarkPlanSlices(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlanSlicesInSync plans services of growing size whose hub
+// slices are in sync: allocations per plan should not grow with the
+// number of endpoints (TestPlanSlicesInSyncAllocations holds a bound).
+func BenchmarkPlanSlicesInSync(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		src := benchSource(n)
+		existing := digests(syncState(b, src, nil))
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				PlanSlices(src, Locality{}, existing)
+			}
+		})
+	}
+}

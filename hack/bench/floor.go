@@ -92,9 +92,21 @@ func (fl *floor) source(m, s int, slices []*discoveryv1.EndpointSlice) endpoints
 // member service and per clusterset service, each writing its objects in
 // the daemon's order. Nothing is computed while the clock runs.
 func (fl *floor) coldJobs() []func(context.Context) error {
-	var jobs []func(context.Context) error
+	jobs := fl.clusterSetJobs()
 	nS := len(fl.f.services)
-	for s := range nS {
+	for m := range fl.f.members {
+		for s := range nS {
+			jobs = append(jobs, fl.memberJob(m, s, fl.source(m, s, fl.f.memberSlices(m, s))))
+		}
+	}
+	return jobs
+}
+
+// clusterSetJobs computes every ServiceImport and derived Service up front
+// and returns one job per clusterset service that writes them.
+func (fl *floor) clusterSetJobs() []func(context.Context) error {
+	var jobs []func(context.Context) error
+	for s := range fl.f.services {
 		var exports []endpoints.Export
 		for _, m := range fl.f.members {
 			svc := fl.f.services[s]
@@ -103,45 +115,45 @@ func (fl *floor) coldJobs() []func(context.Context) error {
 		res := endpoints.MergeImport(appNamespace, serviceName(s), exports)
 		jobs = append(jobs, func(ctx context.Context) error { return fl.writeClusterSet(ctx, res) })
 	}
-	for m := range fl.f.members {
-		for s := range nS {
-			src := fl.source(m, s, fl.f.memberSlices(m, s))
-			var svc *corev1.Service
-			var eps *corev1.Endpoints
-			if fl.mode != endpoints.PerClusterOff {
-				svc = endpoints.PerClusterService(src, fl.mode)
-				eps = endpoints.PerClusterEndpoints(src)
-			}
-			plan := endpoints.PlanSlices(src, endpoints.Locality{}, nil)
-			fk := fl.keys[m*nS+s]
-			jobs = append(jobs, func(ctx context.Context) error {
-				fk.mu.Lock()
-				defer fk.mu.Unlock()
-				if svc != nil {
-					if _, err := fl.hub.CoreV1().Services(appNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-						return err
-					}
-					fl.writes.Add(1)
-					out, err := fl.hub.CoreV1().Endpoints(appNamespace).Create(ctx, eps, metav1.CreateOptions{})
-					if err != nil {
-						return err
-					}
-					fl.writes.Add(1)
-					fk.eps = out
-				}
-				for _, sl := range plan.Create {
-					out, err := fl.hub.DiscoveryV1().EndpointSlices(appNamespace).Create(ctx, sl, metav1.CreateOptions{})
-					if err != nil {
-						return err
-					}
-					fl.writes.Add(1)
-					fk.slices = append(fk.slices, endpoints.DigestSlice(out))
-				}
-				return nil
-			})
-		}
-	}
 	return jobs
+}
+
+// memberJob computes the hub objects of member service (m, s) from src and
+// returns the job that writes them in the daemon's order.
+func (fl *floor) memberJob(m, s int, src endpoints.Source) func(context.Context) error {
+	var svc *corev1.Service
+	var eps *corev1.Endpoints
+	if fl.mode != endpoints.PerClusterOff {
+		svc = endpoints.PerClusterService(src, fl.mode)
+		eps = endpoints.PerClusterEndpoints(src)
+	}
+	plan := endpoints.PlanSlices(src, endpoints.Locality{}, nil)
+	fk := fl.keys[m*len(fl.f.services)+s]
+	return func(ctx context.Context) error {
+		fk.mu.Lock()
+		defer fk.mu.Unlock()
+		if svc != nil {
+			if _, err := fl.hub.CoreV1().Services(appNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			fl.writes.Add(1)
+			out, err := fl.hub.CoreV1().Endpoints(appNamespace).Create(ctx, eps, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fl.writes.Add(1)
+			fk.eps = out
+		}
+		for _, sl := range plan.Create {
+			out, err := fl.hub.DiscoveryV1().EndpointSlices(appNamespace).Create(ctx, sl, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fl.writes.Add(1)
+			fk.slices = append(fk.slices, endpoints.DigestSlice(out))
+		}
+		return nil
+	}
 }
 
 // writeClusterSet writes a ServiceImport and its derived Service the way the

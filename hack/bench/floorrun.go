@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/internal/testenv"
@@ -53,6 +54,43 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 	}
 	r.Floor.ColdRuns = spreadOf(cold)
 	r.Floor.ColdSeconds = r.Floor.ColdRuns.Median
+
+	// The reading floor: the same writes, after reading what the daemon
+	// must read.
+	rf, err := newReadingFloor(fl, proxy)
+	if err != nil {
+		return err
+	}
+	cold = cold[:0]
+	for i := range c.runs {
+		logf("reading floor: emptying the floor hub%s", runOf(i, c.runs))
+		if err := emptyHub(ctx, floorHub.Config); err != nil {
+			return err
+		}
+		if err := tr.waitEmpty(ctx, convergeLimit); err != nil {
+			return err
+		}
+		fl.forget()
+		logf("reading floor: listing %d members' Services and EndpointSlices (QPS %d, burst %d each) and writing every hub object (%d workers)%s",
+			len(rf.members), memberQPS, memberBurst, c.workers, runOf(i, c.runs))
+		w0, r0 := fl.writes.Load(), rf.reads.Load()
+		t0 := time.Now()
+		if err := rf.cold(ctx, jobs[:len(f.services)]); err != nil {
+			return err
+		}
+		at, err := tr.waitConverged(ctx, convergeLimit, "reading floor cold")
+		if err != nil {
+			return err
+		}
+		cold = append(cold, at.Sub(t0).Seconds())
+		r.Floor.ReadingColdReads = rf.reads.Load() - r0
+		if w := fl.writes.Load() - w0; w != r.Floor.ColdWrites {
+			return fmt.Errorf("reading floor: %d writes, the floor made %d", w, r.Floor.ColdWrites)
+		}
+		logf("reading floor: converged in %.2fs with %d member reads", cold[i], r.Floor.ReadingColdReads)
+	}
+	r.Floor.ReadingColdRuns = spreadOf(cold)
+	r.Floor.ReadingColdSeconds = r.Floor.ReadingColdRuns.Median
 
 	memberCfg, err := proxy.restConfig(allView)
 	if err != nil {

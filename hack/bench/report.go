@@ -81,9 +81,14 @@ type latencyStats struct {
 // Idle and Churn are the runs' medians (see medianStats), IdleRuns and
 // ChurnRuns each run's figures.
 type floorResults struct {
-	ColdSeconds          float64        `json:"coldSeconds"`
-	ColdRuns             spread         `json:"coldSecondsRuns"`
-	ColdWrites           int64          `json:"coldWrites"`
+	ColdSeconds float64 `json:"coldSeconds"`
+	ColdRuns    spread  `json:"coldSecondsRuns"`
+	ColdWrites  int64   `json:"coldWrites"`
+	// The reading floor's cold start (see readingFloor): the same writes
+	// after listing every member.
+	ReadingColdSeconds   float64        `json:"readingColdSeconds"`
+	ReadingColdRuns      spread         `json:"readingColdSecondsRuns"`
+	ReadingColdReads     int64          `json:"readingColdReads"`
 	Idle                 latencyStats   `json:"idle"`
 	IdleRuns             []latencyStats `json:"idleRuns"`
 	IdleWritesPerChange  float64        `json:"idleWritesPerChange"`
@@ -263,10 +268,24 @@ func (r *results) finish(proxyRequests int64) {
 	p50 := func(s latencyStats) float64 { return s.P50 }
 	p99 := func(s latencyStats) float64 { return s.P99 }
 
+	// At the default scale the cold target is against the write-only
+	// floor; at a thousand members or a million endpoints against the
+	// reading floor (issue 39), the write-only one staying the stricter
+	// reference.
 	rs, rv := ratio(d.ColdSeconds, f.ColdSeconds)
 	coldMax := coldTarget(p)
-	r.Rows = append(r.Rows, row{"cold convergence", d.ColdRuns.format("s", 1), f.ColdRuns.format("s", 1), rs,
-		fmt.Sprintf("≤ %.2f× floor (median of %d)", coldMax, p.Runs), verdict(rv >= 0 && rv <= coldMax)})
+	atScale := coldMax != coldMaxRatio
+	target, ok := fmt.Sprintf("≤ %.2f× floor (median of %d)", coldMax, p.Runs), verdict(rv >= 0 && rv <= coldMax)
+	if atScale {
+		target, ok = "— (stricter reference)", ""
+	}
+	r.Rows = append(r.Rows, row{"cold convergence", d.ColdRuns.format("s", 1), f.ColdRuns.format("s", 1), rs, target, ok})
+	rs, rv = ratio(d.ColdSeconds, f.ReadingColdSeconds)
+	target, ok = "—", ""
+	if atScale {
+		target, ok = fmt.Sprintf("≤ %.2f× reading floor (median of %d)", coldMax, p.Runs), verdict(rv >= 0 && rv <= coldMax)
+	}
+	r.Rows = append(r.Rows, row{"cold convergence, against the reading floor", d.ColdRuns.format("s", 1), f.ReadingColdRuns.format("s", 1), rs, target, ok})
 	rs, _ = ratio(float64(d.ColdWrites), float64(f.ColdWrites))
 	r.Rows = append(r.Rows, row{"hub writes, cold start", fmt.Sprint(d.ColdWrites), fmt.Sprint(f.ColdWrites), rs, "—", ""})
 
@@ -405,6 +424,8 @@ func (r *results) finish(proxyRequests int64) {
 			d.BacklogKeys, d.BacklogRemainingAtLiveChange, d.BacklogDrainSeconds, d.BacklogMissing, d.BacklogWrites, d.BacklogRequests.reads()),
 		fmt.Sprintf("Load average before/after the run: %s / %s (on %d CPUs).", r.Machine.LoadAvgBefore, r.Machine.LoadAvgAfter, r.Machine.CPUs),
 	)
+	r.Notes = append(r.Notes, fmt.Sprintf("The reading floor listed every member's Services and EndpointSlices through the member proxy (%d lists per cold start, one client per member at QPS %d, burst %d, all members at once) and wrote each member's objects from what it read, with the floor's workers; its ServiceImports were computed up front.",
+		f.ReadingColdReads, memberQPS, memberBurst))
 	r.Notes = append(r.Notes, fmt.Sprintf("The floor kept the %d member liveness Leases as the daemon does (renewed every %s, spread over that time): %d Lease writes, not counted in its hub writes.",
 		p.Members, memberLeaseDuration/4, f.LeaseWrites))
 	if f.ControllerErrors > 0 {

@@ -79,6 +79,9 @@ func run(ctx context.Context, c *config) (_ *results, retErr error) {
 	if err := runFloor(ctx, c, r, f, floorHub, proxy, ch); err != nil {
 		return nil, err
 	}
+	// The daemon's member requests are counted from here: the floors'
+	// lists and watch went through the same proxy.
+	floorRequests := proxy.requests.Load()
 	logf("floor: done; stopping the floor hub")
 	if err := floorHub.Stop(); err != nil {
 		logf("%v", err)
@@ -91,7 +94,7 @@ func run(ctx context.Context, c *config) (_ *results, retErr error) {
 			return nil, err
 		}
 	}
-	r.finish(proxy.requests.Load())
+	r.finish(proxy.requests.Load() - floorRequests)
 	return r, nil
 }
 

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,8 +95,9 @@ type EnvoyGateway struct {
 // The controller reads its xDS and webhook certificates from /certs, a
 // path no option changes. It runs in a mount namespace of its own whose
 // root is a tmpfs holding binds of the host's top-level directories and a
-// /certs of its own, so nothing on the host changes. That needs root, or
-// user namespaces for everyone else. Its other listeners are on fixed
+// /certs of its own: no mount and no /certs appear on the host, and the
+// namespace ends with the process. That needs root, or user namespaces for
+// everyone else. Its other listeners are on fixed
 // ports of every address (xDS 18000, health 8081, metrics 8080 and 19001),
 // so one runs at a time on a machine.
 func StartEnvoyGateway(t testing.TB, c *Cluster) *EnvoyGateway {
@@ -160,19 +162,26 @@ func startEnvoyGateway(bin, dir, kubeconfig string) (*EnvoyGateway, error) {
 	// The shell runs in the new mount namespace and ends by becoming
 	// Envoy Gateway (unshare and chroot exec too): the test's child is the
 	// controller itself, and an orphan of a killed run is found by its
-	// binary's path.
+	// binary's path. A host /certs, if any, is replaced by the test's.
 	script := strings.Join([]string{
+		`set -e`,
 		`root="$1"; certs="$2"; shift 2`,
 		`mount -t tmpfs -o mode=0755 testenv "$root"`,
-		`for p in /*; do n="${p#/}"; if [ -L "$p" ]; then ln -s "$(readlink "$p")" "$root/$n"; elif [ -d "$p" ]; then mkdir "$root/$n" && mount --rbind "$p" "$root/$n"; fi; done`,
-		`mkdir "$root/certs" && cp "$certs"/* "$root/certs/"`,
+		`for p in /*; do`,
+		`  n="${p#/}"`,
+		`  if [ "$n" = certs ]; then continue; fi`,
+		`  if [ -L "$p" ]; then ln -s "$(readlink "$p")" "$root/$n"`,
+		`  elif [ -d "$p" ]; then mkdir "$root/$n"; mount --rbind "$p" "$root/$n"; fi`,
+		`done`,
+		`mkdir "$root/certs"`,
+		`cp "$certs"/* "$root/certs/"`,
 		`exec chroot "$root" "$@"`,
-	}, " && ")
+	}, "\n")
 	args := []string{"--mount", "--propagation", "private"}
 	if os.Geteuid() != 0 {
 		args = append([]string{"--user", "--map-root-user"}, args...)
 	}
-	args = append(args, "sh", "-ec", script, "sh", root, certs, bin, "server", "--config-path", cfgPath)
+	args = append(args, "sh", "-c", script, "sh", root, certs, bin, "server", "--config-path", cfgPath)
 	cmd := exec.Command("unshare", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "ENVOY_GATEWAY_NAMESPACE="+envoyGatewayNamespace)
@@ -258,7 +267,7 @@ func (eg *EnvoyGateway) XdsIR(namespace, name string) (json.RawMessage, error) {
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		if !strings.Contains(string(line), `"xds-ir"`) {
+		if !bytes.Contains(line, []byte(`"xds-ir"`)) {
 			continue
 		}
 		var entry struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -121,12 +122,26 @@ spec:
 			if err := wantRouteCondition(ctx, dyn, "echo-by-service", "ResolvedRefs", metav1.ConditionTrue, ""); err != nil {
 				return err
 			}
-			return wantIREndpoints(eg, "by-service", []string{clusterSetIP + ":80"}, nil)
+			return wantIREndpoints(eg, "by-service", []string{net.JoinHostPort(clusterSetIP, "80")}, nil)
 		})
 		logIREndpoints(t, eg, "by-service")
 	})
 
 	t.Run("endpoint routing to the ServiceImport finds no endpoints", func(t *testing.T) {
+		// Envoy Gateway has the hub's MCS slices of echo (so what
+		// follows is its reading of them, not of a cache not yet
+		// synced): it is how it keys them that leaves the ServiceImport
+		// without endpoints.
+		eventually(t, waitTimeout, func() error {
+			names, err := loadedSlices(eg, "echo", derived)
+			if err != nil {
+				return err
+			}
+			if len(names) < 2 {
+				return fmt.Errorf("Envoy Gateway loaded %d of the hub's MCS slices of echo (%v), want east's and west's", len(names), names)
+			}
+			return nil
+		})
 		// The references resolve; the backends are reported unavailable
 		// and the route answers 503 itself.
 		eventually(t, waitTimeout, func() error {
@@ -144,18 +159,6 @@ spec:
 				return fmt.Errorf("by-endpoints: the xDS IR does not answer 503 directly: %s", raw)
 			}
 			return wantIREndpoints(eg, "by-endpoints", nil, nil)
-		})
-		// Envoy Gateway has the hub's MCS slices of echo: it is how it
-		// keys them that leaves the ServiceImport without endpoints.
-		eventually(t, waitTimeout, func() error {
-			names, err := loadedSlices(eg, "echo", derived)
-			if err != nil {
-				return err
-			}
-			if len(names) < 2 {
-				return fmt.Errorf("Envoy Gateway loaded %d of the hub's MCS slices of echo (%v), want east's and west's", len(names), names)
-			}
-			return nil
 		})
 	})
 
@@ -188,7 +191,7 @@ spec:
 				return err
 			}
 			// The ClusterSet IP stays while east exports.
-			return wantIREndpoints(eg, "by-service", []string{clusterSetIP + ":80"}, nil)
+			return wantIREndpoints(eg, "by-service", []string{net.JoinHostPort(clusterSetIP, "80")}, nil)
 		})
 		logIREndpoints(t, eg, "by-derived")
 	})

@@ -82,15 +82,9 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 	for _, sl := range ipSlices {
 		total += len(sl.Endpoints)
 	}
-	// Member slices share their ports when equal (intern.Ports): the key
-	// of the last slice's ports is reused while they are the same.
-	var lastPorts []discoveryv1.EndpointPort
-	var lastType discoveryv1.AddressType
-	var key string
+	var keys groupKeys
 	for _, sl := range ipSlices {
-		if key == "" || sl.AddressType != lastType || !samePorts(sl.Ports, lastPorts) {
-			key, lastType, lastPorts = groupKey(sl.AddressType, sl.Ports), sl.AddressType, sl.Ports
-		}
+		key := keys.of(sl.AddressType, sl.Ports)
 		g := groups[key]
 		if g == nil {
 			g = &sliceGroup{
@@ -179,6 +173,22 @@ func sortedPorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
 	}
 	slices.SortFunc(out, comparePorts)
 	return out
+}
+
+// groupKeys makes groupKey's keys, reusing the last one while the ports
+// are the same list: member slices and digests share their ports when equal
+// (intern.Ports), so a service's slices are keyed once.
+type groupKeys struct {
+	addressType discoveryv1.AddressType
+	ports       []discoveryv1.EndpointPort
+	key         string
+}
+
+func (k *groupKeys) of(addressType discoveryv1.AddressType, ports []discoveryv1.EndpointPort) string {
+	if k.key == "" || addressType != k.addressType || !samePorts(ports, k.ports) {
+		k.key, k.addressType, k.ports = groupKey(addressType, ports), addressType, ports
+	}
+	return k.key
 }
 
 // samePorts reports whether a and b are the same list in memory (not

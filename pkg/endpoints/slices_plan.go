@@ -95,14 +95,9 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		total += len(es.AddressKeys)
 	}
 	keptEndpoints := make([]desiredEndpoint, total)
-	var lastPorts []discoveryv1.EndpointPort
-	var lastType discoveryv1.AddressType
-	var lastKey string
+	var keys groupKeys
 	for i, es := range owned {
-		if lastKey == "" || es.AddressType != lastType || !samePorts(es.Ports, lastPorts) {
-			lastKey, lastType, lastPorts = groupKey(es.AddressType, es.Ports), es.AddressType, es.Ports
-		}
-		g := groups[lastKey]
+		g := groups[keys.of(es.AddressType, es.Ports)]
 		if g == nil {
 			toDelete = append(toDelete, es)
 			continue

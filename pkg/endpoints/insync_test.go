@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
 )
 
@@ -43,10 +44,10 @@ func randomSource(r *rand.Rand) Source {
 	return testSource(list...)
 }
 
-// perClusterEndpointsCurrent, which compares without making the
+// perClusterEndpointsUpdate, which compares without making the
 // Endpoints, agrees with comparing the Endpoints made, for sources alike
-// and different.
-func TestPerClusterEndpointsCurrentAgreesWithTheObject(t *testing.T) {
+// and different, and the update it makes is the one merging them makes.
+func TestPerClusterEndpointsUpdateAgreesWithTheObject(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	differ := 0
 	for i := range 3000 {
@@ -56,8 +57,12 @@ func TestPerClusterEndpointsCurrentAgreesWithTheObject(t *testing.T) {
 		}
 		live := DigestEndpoints(PerClusterEndpoints(a))
 		want := EndpointsUpToDate(PerClusterEndpoints(b), live)
-		if got := perClusterEndpointsCurrent(b, live); got != want {
+		update := perClusterEndpointsUpdate(b, live)
+		if got := update == nil; got != want {
 			t.Fatalf("case %d: current = %v, comparing the objects says %v\nlive: %+v\nwant: %+v", i, got, want, PerClusterEndpoints(a).Subsets, PerClusterEndpoints(b).Subsets)
+		}
+		if merged := MergeEndpoints(PerClusterEndpoints(b), live); update != nil && !apiequality.Semantic.DeepEqual(update, merged) {
+			t.Fatalf("case %d: update\n%+v\nmerging the objects makes\n%+v", i, update, merged)
 		}
 		if !want {
 			differ++
@@ -69,16 +74,16 @@ func TestPerClusterEndpointsCurrentAgreesWithTheObject(t *testing.T) {
 }
 
 // Truncated Endpoints compare the same way.
-func TestPerClusterEndpointsCurrentWhenTruncated(t *testing.T) {
+func TestPerClusterEndpointsUpdateWhenTruncated(t *testing.T) {
 	src := benchSource(MaxEndpointsAddresses + 50)
 	live := DigestEndpoints(PerClusterEndpoints(src))
-	if !perClusterEndpointsCurrent(src, live) {
+	if perClusterEndpointsUpdate(src, live) != nil {
 		t.Fatal("a truncated Endpoints in sync reads as changed")
 	}
 	for _, n := range []int{MaxEndpointsAddresses - 1, MaxEndpointsAddresses + 51} {
 		changed := benchSource(n)
 		want := EndpointsUpToDate(PerClusterEndpoints(changed), live)
-		if got := perClusterEndpointsCurrent(changed, live); got != want {
+		if got := perClusterEndpointsUpdate(changed, live) == nil; got != want {
 			t.Errorf("%d endpoints against %d: current = %v, comparing the objects says %v", n, MaxEndpointsAddresses+50, got, want)
 		}
 	}

@@ -34,15 +34,22 @@ func PerClusterEndpoints(src Source) *corev1.Endpoints {
 	return &corev1.Endpoints{ObjectMeta: perClusterEndpointsMeta(src, truncated), Subsets: buildSubsets(subs)}
 }
 
-// perClusterEndpointsCurrent reports whether live holds what
-// PerClusterEndpoints(src) returns, without making it: an in-sync plan
-// makes no text of any address.
-func perClusterEndpointsCurrent(src Source, live *EndpointsDigest) bool {
+// perClusterEndpointsUpdate returns the update that brings live to what
+// PerClusterEndpoints(src) returns, or nil when live holds it already. It
+// plans the subsets once, and an in-sync plan makes no text of any address.
+func perClusterEndpointsUpdate(src Source, live *EndpointsDigest) *corev1.Endpoints {
 	subs, truncated := perClusterSubsets(src)
 	meta := perClusterEndpointsMeta(src, truncated)
-	return ownedEqual(meta.Labels, live.Labels, perClusterLabelKeys) &&
+	if ownedEqual(meta.Labels, live.Labels, perClusterLabelKeys) &&
 		ownedEqual(meta.Annotations, live.Annotations, endpointsAnnotationKeys) &&
-		hashPlannedSubsets(subs) == live.Hash
+		hashPlannedSubsets(subs) == live.Hash {
+		return nil
+	}
+	out := live.Meta()
+	out.Labels = mergeOwned(meta.Labels, live.Labels, perClusterLabelKeys)
+	out.Annotations = mergeOwned(meta.Annotations, live.Annotations, endpointsAnnotationKeys)
+	out.Subsets = buildSubsets(subs)
+	return out
 }
 
 // perClusterSubsets returns the subsets of src's per-cluster Endpoints,

@@ -88,11 +88,10 @@ func PlanMember(namespace, service, cluster string, src *Source, mode PerCluster
 	}
 	plan.Service = planService(wantSvc, view.Service, ServiceUpToDate, MergeService)
 	// The Endpoints are made only to be written.
-	switch {
-	case view.Endpoints == nil:
+	if view.Endpoints == nil {
 		plan.Endpoints.Create = PerClusterEndpoints(*src)
-	case !perClusterEndpointsCurrent(*src, view.Endpoints):
-		plan.Endpoints.Update = MergeEndpoints(PerClusterEndpoints(*src), view.Endpoints)
+	} else {
+		plan.Endpoints.Update = perClusterEndpointsUpdate(*src, view.Endpoints)
 	}
 	return plan
 }

@@ -1,13 +1,15 @@
 package endpoints
 
 import (
-	"hash/maphash"
+	"github.com/cespare/xxhash/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,13 +35,13 @@ func endpointEqual(a, b *discoveryv1.Endpoint) bool {
 
 // hashAPIEndpoints is the Hash of a slice holding eps, in this order.
 func hashAPIEndpoints(eps ...*discoveryv1.Endpoint) uint64 {
-	var h maphash.Hash
-	h.SetSeed(hashSeed)
+	var h xxhash.Digest
+	h.Reset()
 	writeInt(&h, len(eps))
 	for _, ep := range eps {
 		hashEndpoint(&h, ep)
 	}
-	return h.Sum64()
+	return sum(&h)
 }
 
 // endpointVariants differ from each other in one field the hub carries,
@@ -222,5 +224,36 @@ func TestDigestDeepCopyIsExact(t *testing.T) {
 	e := DigestEndpoints(&corev1.Endpoints{})
 	if cp := e.DeepCopyObject(); !reflect.DeepEqual(cp, e) {
 		t.Errorf("Endpoints: deep copy %+v differs from %+v", cp, e)
+	}
+}
+
+// A content annotation that is not one we write reads as no digest, so
+// the hub cache reads the object in full.
+func TestDigestFromMetaRefusesWhatWeDoNotWrite(t *testing.T) {
+	src := testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv4, httpPorts, endpoint("10.0.0.1", true), endpoint("10.0.0.2", false)))
+	plan := PlanSlices(src, Locality{}, nil)
+	good := plan.Create[0].Annotations[AnnotationContent]
+	if _, ok := SliceDigestFromMeta(plan.Create[0].ObjectMeta); !ok {
+		t.Fatalf("our own annotation %q is unreadable", good)
+	}
+	parts := strings.SplitN(good, ";", 5)
+	with := func(i int, v string) string {
+		p := slices.Clone(parts)
+		p[i] = v
+		return strings.Join(p, ";")
+	}
+	for _, value := range []string{"", "1", "2" + good[1:], with(1, "0"), with(1, "xyz"), with(2, "q"), with(3, "!!"), with(3, "AAA"),
+		with(4, "IPv5|http/TCP/8080"), with(4, "FQDN|http/TCP/8080"), strings.Join(parts[:4], ";")} {
+		meta := *plan.Create[0].ObjectMeta.DeepCopy()
+		meta.Annotations[AnnotationContent] = value
+		if d, ok := SliceDigestFromMeta(meta); ok {
+			t.Errorf("slice annotation %q read as %+v", value, d)
+		}
+	}
+	for _, value := range []string{"", "1", "1;", "1;0", "1;xyz", "2;12ab"} {
+		meta := metav1.ObjectMeta{Annotations: map[string]string{AnnotationContent: value}}
+		if d, ok := EndpointsDigestFromMeta(meta); ok {
+			t.Errorf("Endpoints annotation %q read as %+v", value, d)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -199,7 +200,27 @@ func describe(p SlicePlan) string {
 func digests(list []*discoveryv1.EndpointSlice) []*SliceDigest {
 	out := make([]*SliceDigest, len(list))
 	for i, s := range list {
-		out[i] = DigestSlice(s.DeepCopy())
+		out[i] = metaDigest(s)
 	}
 	return out
+}
+
+// metaDigest is the digest the hub cache takes of s: from its metadata
+// (SliceDigestFromMeta) when s has its content annotated, which must agree
+// with the digest of its content; else from its content, as the cache does
+// after reading it in full.
+func metaDigest(s *discoveryv1.EndpointSlice) *SliceDigest {
+	fromContent := DigestSlice(s.DeepCopy())
+	if _, ok := s.Annotations[AnnotationContent]; !ok {
+		return fromContent
+	}
+	d, ok := SliceDigestFromMeta(*s.ObjectMeta.DeepCopy())
+	if !ok {
+		panic(fmt.Sprintf("slice %s: unreadable digest in its metadata: %q", s.Name, s.Annotations[AnnotationContent]))
+	}
+	d.TypeMeta = fromContent.TypeMeta
+	if !reflect.DeepEqual(d, fromContent) {
+		panic(fmt.Sprintf("slice %s: digest from metadata\n%+v\nfrom content\n%+v", s.Name, d, fromContent))
+	}
+	return d
 }

@@ -25,6 +25,11 @@ const (
 	// Service on per-cluster objects whose name had to be shortened.
 	AnnotationSource = "endpoint-aggregator.io/source"
 
+	// AnnotationContent on our hub EndpointSlices and per-cluster Endpoints
+	// holds the digest of their content (see SliceDigest), so that the
+	// daemon's hub caches need only their metadata.
+	AnnotationContent = "endpoint-aggregator.io/content"
+
 	// AnnotationDerivedService names the derived Service of a ServiceImport.
 	AnnotationDerivedService = "multicluster.kubernetes.io/derived-service"
 

@@ -31,7 +31,9 @@ var endpointsAnnotationKeys = []string{AnnotationSource, AnnotationOverCapacity}
 // without endpoints gets an Endpoints without subsets.
 func PerClusterEndpoints(src Source) *corev1.Endpoints {
 	subs, truncated := perClusterSubsets(src)
-	return &corev1.Endpoints{ObjectMeta: perClusterEndpointsMeta(src, truncated), Subsets: buildSubsets(subs)}
+	out := &corev1.Endpoints{ObjectMeta: perClusterEndpointsMeta(src, truncated), Subsets: buildSubsets(subs)}
+	setEndpointsContent(out, hashPlannedSubsets(subs))
+	return out
 }
 
 // perClusterEndpointsUpdate returns the update that brings live to what
@@ -39,16 +41,17 @@ func PerClusterEndpoints(src Source) *corev1.Endpoints {
 // plans the subsets once, and an in-sync plan makes no text of any address.
 func perClusterEndpointsUpdate(src Source, live *EndpointsDigest) *corev1.Endpoints {
 	subs, truncated := perClusterSubsets(src)
-	meta := perClusterEndpointsMeta(src, truncated)
+	meta, hash := perClusterEndpointsMeta(src, truncated), hashPlannedSubsets(subs)
 	if ownedEqual(meta.Labels, live.Labels, perClusterLabelKeys) &&
 		ownedEqual(meta.Annotations, live.Annotations, endpointsAnnotationKeys) &&
-		hashPlannedSubsets(subs) == live.Hash {
+		hash == live.Hash {
 		return nil
 	}
 	out := live.Meta()
 	out.Labels = mergeOwned(meta.Labels, live.Labels, perClusterLabelKeys)
 	out.Annotations = mergeOwned(meta.Annotations, live.Annotations, endpointsAnnotationKeys)
 	out.Subsets = buildSubsets(subs)
+	setEndpointsContent(out, hash)
 	return out
 }
 
@@ -288,5 +291,6 @@ func MergeEndpoints(desired *corev1.Endpoints, live *EndpointsDigest) *corev1.En
 	for i := range desired.Subsets {
 		out.Subsets = append(out.Subsets, *desired.Subsets[i].DeepCopy())
 	}
+	setEndpointsContent(out, hashSubsets(out.Subsets))
 	return out
 }

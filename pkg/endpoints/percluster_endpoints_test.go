@@ -67,11 +67,14 @@ func TestPerClusterEndpoints(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			src := testSource(tt.slices...)
 			got := PerClusterEndpoints(src)
-			if got.Name != "web-east" || got.Namespace != testNamespace || got.Labels[LabelSourceCluster] != testCluster || len(got.Annotations) != 0 {
+			if got.Name != "web-east" || got.Namespace != testNamespace || got.Labels[LabelSourceCluster] != testCluster || len(got.Annotations) != 1 {
 				t.Errorf("metadata = %+v", got.ObjectMeta)
 			}
 			if !apiequality.Semantic.DeepEqual(got.Subsets, tt.want) {
 				t.Errorf("subsets =\n%+v\nwant\n%+v", got.Subsets, tt.want)
+			}
+			if d, ok := EndpointsDigestFromMeta(got.ObjectMeta); !ok || d.Hash != hashSubsets(tt.want) || len(d.Annotations) != 0 {
+				t.Errorf("content annotation %q does not describe the subsets", got.Annotations[AnnotationContent])
 			}
 			for range 10 {
 				if again := PerClusterEndpoints(shuffledSource(r, src)); !apiequality.Semantic.DeepEqual(again, got) {

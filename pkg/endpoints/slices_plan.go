@@ -95,9 +95,8 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		total += len(es.AddressKeys)
 	}
 	keptEndpoints := make([]desiredEndpoint, total)
-	var keys groupKeys
 	for i, es := range owned {
-		g := groups[keys.of(es.AddressType, es.Ports)]
+		g := groups[es.Group]
 		if g == nil {
 			toDelete = append(toDelete, es)
 			continue
@@ -369,12 +368,13 @@ func (s *plannedSlice) object(name, namespace string, labels, annotations map[st
 	if s.existing == nil {
 		out.Name, out.Namespace = name, namespace
 		out.Labels, out.Annotations = maps.Clone(labels), maps.Clone(annotations)
-		return out
+	} else {
+		out.TypeMeta = s.existing.TypeMeta
+		s.existing.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+		out.Labels = mergeOwned(labels, out.Labels, sliceLabelKeys)
+		out.Annotations = mergeOwned(annotations, out.Annotations, sliceAnnotationKeys)
 	}
-	out.TypeMeta = s.existing.TypeMeta
-	s.existing.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Labels = mergeOwned(labels, out.Labels, sliceLabelKeys)
-	out.Annotations = mergeOwned(annotations, out.Annotations, sliceAnnotationKeys)
+	setSliceContent(out)
 	return out
 }
 

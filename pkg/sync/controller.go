@@ -14,6 +14,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -38,6 +39,9 @@ type Options struct {
 	// their duration (renewed every quarter of it). Empty namespace: none.
 	LeaseNamespace string
 	LeaseDuration  time.Duration
+	// HubMetadata reads the metadata of our hub EndpointSlices and
+	// Endpoints, which feeds their caches (see hubdigests.go). Required.
+	HubMetadata metadata.Interface
 	// LeaseClient reads and writes the member liveness Leases; the daemon
 	// gives it a rate limiter of its own, so that renewals neither wait
 	// behind the aggregated writes nor delay them. Nil: the hub client.

@@ -696,3 +696,56 @@ func TestSyncClusterSetWaitsForRecordsAfterAnUpgrade(t *testing.T) {
 		t.Errorf("with the record back the import needed %q", got)
 	}
 }
+
+// Objects an earlier version wrote carry no digest: they are read in full
+// and rewritten once, in place, with it; then nothing more is written.
+func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
+	f := newFixture(t, Options{}, nil, nil)
+	m := f.member("c1")
+	_ = m.services.Add(service("shop", "cart"))
+	m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-abc", 0, 3, true)}
+	f.sync(cartC1)
+
+	s, err := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(s.Annotations, endpoints.AnnotationContent)
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		t.Fatal(err)
+	}
+	eps, err := f.hub.CoreV1().Endpoints("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(eps.Annotations, endpoints.AnnotationContent)
+	if _, err := f.hub.CoreV1().Endpoints("shop").Update(f.ctx, eps, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		t.Fatal(err)
+	}
+	f.settle()
+	f.resetActions()
+	f.sync(cartC1)
+	want := []string{"update endpoints shop/cart-c1", "update endpointslices shop/" + sliceName(0)}
+	if got := f.writes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("writes:\n got %q\nwant %q", got, want)
+	}
+	s, _ = f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{})
+	eps, _ = f.hub.CoreV1().Endpoints("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
+	if _, ok := endpoints.SliceDigestFromMeta(s.ObjectMeta); !ok {
+		t.Errorf("the slice was rewritten without its digest: %v", s.Annotations)
+	}
+	if _, ok := endpoints.EndpointsDigestFromMeta(eps.ObjectMeta); !ok {
+		t.Errorf("the Endpoints was rewritten without its digest: %v", eps.Annotations)
+	}
+	for _, r := range []string{resourceEndpoints, resourceEndpointSlice} {
+		if n := testutil.ToFloat64(f.ctrl.metrics.HubFullReads.WithLabelValues(r)); n < 1 {
+			t.Errorf("hub_full_reads_total{resource=%s} = %v, want the object read in full", r, n)
+		}
+	}
+	f.settle()
+	f.resetActions()
+	f.sync(cartC1)
+	if got := f.writes(); len(got) != 0 {
+		t.Errorf("annotated, the objects were written again: %q", got)
+	}
+}

@@ -279,6 +279,7 @@ func newWorld(seed int64, logf func(string, ...interface{})) (*world, error) {
 		UnreachableGrace:    policy.grace,
 		UnreachableWithdraw: policy.withdraw,
 		Clock:               w.clock,
+		HubMetadata:         metadataOf(w.hub),
 	}
 	// In some runs the hub is member east, its Nodes in zones, and some
 	// or all imports prefer its endpoints.

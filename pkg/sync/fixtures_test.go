@@ -173,6 +173,9 @@ func newFixture(t *testing.T, opts Options, hubObjects []runtime.Object, importO
 	if opts.Export.Mode == "" {
 		opts.Export = ExportPolicy{Mode: ExportAll, Exclude: sets.New(DefaultExcludedNamespaces...)}
 	}
+	if opts.HubMetadata == nil {
+		opts.HubMetadata = metadataOf(f.hub)
+	}
 	ctrl, err := New(f.hub, f.hubMCS, f.members, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +330,7 @@ func (f *fixture) cachesMatch() bool {
 	for _, o := range want {
 		kind := reflect.TypeOf(o).Elem().Name()
 		cached, ok, _ := stores[kind].Get(o)
-		exp, _ := stripHubObject(normalized(o))
+		exp := digestRead(normalized(o))
 		if !ok || !apiequality.Semantic.DeepEqual(normalized(cached.(runtime.Object)), exp) {
 			return false
 		}

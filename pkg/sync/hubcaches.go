@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -38,7 +39,8 @@ type hubCaches struct {
 
 	services   corelisters.ServiceLister
 	serviceInf cache.SharedIndexInformer
-	// The Endpoints and EndpointSlice caches hold digests (stripHubObject).
+	// The Endpoints and EndpointSlice caches hold digests, made from their
+	// metadata alone (digestMeta).
 	endpointInf cache.SharedIndexInformer
 	sliceInf    cache.SharedIndexInformer
 	imports     mcslisters.ServiceImportLister
@@ -62,7 +64,8 @@ type hubCaches struct {
 }
 
 // newHubCaches builds the hub informers, not started; the member Leases
-// are read through opts.LeaseClient.
+// are read through opts.LeaseClient, the metadata of our EndpointSlices and
+// Endpoints through opts.HubMetadata.
 func newHubCaches(hub kubernetes.Interface, hubMCS mcsclientset.Interface, opts Options) (*hubCaches, error) {
 	// The hub caches hold only our objects: every write is labelled, and
 	// filtering keeps memory proportional to our output, not the hub's size.
@@ -70,13 +73,16 @@ func newHubCaches(hub kubernetes.Interface, hubMCS mcsclientset.Interface, opts 
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
 		informers.WithTransform(stripHubObject))
+	// The EndpointSlices and Endpoints, which carry every aggregated
+	// endpoint, are watched as metadata: their digests are in it.
+	metaFactory := metadatainformer.NewFilteredSharedInformerFactory(opts.HubMetadata, 0, metav1.NamespaceAll,
+		func(o *metav1.ListOptions) { o.LabelSelector = ours })
 	// Slices are recognised by their managed-by label alone: mirrored slices
 	// copy our other labels from the per-cluster Endpoints.
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(hub, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	sliceFactory := metadatainformer.NewFilteredSharedInformerFactory(opts.HubMetadata, 0, metav1.NamespaceAll,
+		func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{discoveryv1.LabelManagedBy: endpoints.SliceManagedByValue}.String()
-		}),
-		informers.WithTransform(stripHubObject))
+		})
 	mcsFactory := mcsinformers.NewSharedInformerFactoryWithOptions(hubMCS, 0,
 		mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ours }),
 		mcsinformers.WithTransform(stripHubObject))
@@ -85,14 +91,21 @@ func newHubCaches(hub kubernetes.Interface, hubMCS mcsclientset.Interface, opts 
 	h := &hubCaches{
 		serviceInf:  kubeFactory.Core().V1().Services().Informer(),
 		services:    kubeFactory.Core().V1().Services().Lister(),
-		endpointInf: kubeFactory.Core().V1().Endpoints().Informer(),
-		sliceInf:    sliceFactory.Discovery().V1().EndpointSlices().Informer(),
+		endpointInf: metaFactory.ForResource(corev1.SchemeGroupVersion.WithResource(resourceEndpoints)).Informer(),
+		sliceInf:    sliceFactory.ForResource(discoveryv1.SchemeGroupVersion.WithResource(resourceEndpointSlice)).Informer(),
 		importInf:   mcsFactory.Multicluster().V1beta1().ServiceImports().Informer(),
 		imports:     mcsFactory.Multicluster().V1beta1().ServiceImports().Lister(),
 		nsInf:       nsFactory.Core().V1().Namespaces().Informer(),
 		namespaces:  nsFactory.Core().V1().Namespaces().Lister(),
 		ranges:      serviceRanges{fixed: opts.Addresses.HubServiceRanges},
-		starters:    []func(<-chan struct{}){kubeFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start},
+		starters:    []func(<-chan struct{}){kubeFactory.Start, metaFactory.Start, sliceFactory.Start, mcsFactory.Start, nsFactory.Start},
+	}
+	read := newFullReader(hub)
+	if err := h.endpointInf.SetTransform(digestMeta(resourceEndpoints, read, opts.Metrics.HubFullReads.WithLabelValues(resourceEndpoints))); err != nil {
+		return nil, err
+	}
+	if err := h.sliceInf.SetTransform(digestMeta(resourceEndpointSlice, read, opts.Metrics.HubFullReads.WithLabelValues(resourceEndpointSlice))); err != nil {
+		return nil, err
 	}
 	if opts.WatchServiceCIDRs {
 		h.cidrInf = nsFactory.Networking().V1().ServiceCIDRs().Informer()

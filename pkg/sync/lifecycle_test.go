@@ -373,7 +373,8 @@ func TestResyncReportsListErrors(t *testing.T) {
 	})
 	t.Cleanup(func() { utilruntime.ErrorHandlers = saved })
 	members := &memberSet[brokenMember]{members: map[string]brokenMember{"c1": {newFakeMember()}}, synced: true}
-	c, err := New(kubefake.NewClientset(), mcsfake.NewSimpleClientset(), members, Options{})
+	hub := kubefake.NewClientset()
+	c, err := New(hub, mcsfake.NewSimpleClientset(), members, Options{HubMetadata: metadataOf(hub)})
 	if err != nil {
 		t.Fatal(err)
 	}

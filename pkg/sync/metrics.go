@@ -54,6 +54,10 @@ type Metrics struct {
 	Conflicts *prometheus.CounterVec
 	// MemberWrites counts ServiceExport status writes to members by result.
 	MemberWrites *prometheus.CounterVec
+	// HubFullReads counts our hub EndpointSlices and Endpoints read in
+	// full because their metadata did not show content we wrote, by
+	// resource (see hubdigests.go).
+	HubFullReads *prometheus.CounterVec
 	// SkippedNamespace counts syncs skipped because the hub lacks the namespace.
 	SkippedNamespace prometheus.Counter
 	// UnreadableRecords counts merges that found an export record they
@@ -99,6 +103,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "member_writes_total",
 			Help: "ServiceExport status writes to member clusters, by result.",
 		}, []string{"result"}),
+		HubFullReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "hub_full_reads_total",
+			Help: "Hub EndpointSlices and Endpoints of ours read in full because their metadata did not show content the daemon wrote (another manager wrote it, or it has no readable digest), by resource.",
+		}, []string{"resource"}),
 		SkippedNamespace: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "namespace_missing_total",
 			Help: "Syncs skipped because the hub has no namespace of that name (see --create-namespaces).",
@@ -121,8 +129,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{resourceService, resourceEndpoints, resourceEndpointSlice, resourceServiceImport} {
 		m.Conflicts.WithLabelValues(r)
 	}
+	for _, r := range []string{resourceEndpoints, resourceEndpointSlice} {
+		m.HubFullReads.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.HubWriteRefusals, m.HubRequests, m.Conflicts, m.MemberWrites, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
+		reg.MustRegister(m.Syncs, m.SyncDuration, m.HubWrites, m.HubWriteRefusals, m.HubRequests, m.Conflicts, m.MemberWrites, m.HubFullReads, m.SkippedNamespace, m.UnreadableRecords, m.Propagation)
 	}
 	return m
 }

@@ -26,7 +26,7 @@ func TestSyncReadsItsOwnWritesBeforeTheCacheSeesThem(t *testing.T) {
 	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
 	f := &fixture{t: t, ctx: ctx, hub: kubefake.NewClientset(shop), hubMCS: mcsfake.NewSimpleClientset(),
 		members: &fakeMembers{members: map[string]*fakeMember{}, synced: true}}
-	ctrl, err := New(f.hub, f.hubMCS, f.members, Options{Export: ExportPolicy{Mode: ExportAll, Exclude: sets.New(DefaultExcludedNamespaces...)}})
+	ctrl, err := New(f.hub, f.hubMCS, f.members, Options{Export: ExportPolicy{Mode: ExportAll, Exclude: sets.New(DefaultExcludedNamespaces...)}, HubMetadata: metadataOf(f.hub)})
 	if err != nil {
 		t.Fatal(err)
 	}

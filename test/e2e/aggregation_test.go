@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
 )
 
 // TestAggregationLifecycle follows one service through its life on a hub and
@@ -149,7 +151,44 @@ func TestAggregationLifecycle(t *testing.T) {
 		if after := e.ourObjects(t); !reflect.DeepEqual(before, after) {
 			t.Errorf("hub objects changed across the restart:\nbefore %v\n after %v", before, after)
 		}
+		// Both daemons built their caches of our slices and Endpoints from
+		// metadata alone: the first from the echoes of its writes, the
+		// second from the digests the first wrote.
+		for name, dd := range map[string]*daemon{"first": d, "restarted": d2} {
+			if reads := labelledCounters(t, dd, "endpoint_aggregator_hub_full_reads_total", "resource"); reads != "endpoints=0 endpointslices=0" {
+				t.Errorf("the %s daemon read hub objects in full: %s, want none", name, reads)
+			}
+		}
 		d = d2
+	})
+
+	t.Run("an edit of our slice by another manager is read in full and undone", func(t *testing.T) {
+		list, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: discoveryv1.LabelManagedBy + "=" + endpoints.SliceManagedByValue + ",multicluster.kubernetes.io/service-name=cart,multicluster.kubernetes.io/source-cluster=east"})
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("east's cart slices: %v, err %v", len(list.Items), err)
+		}
+		slice := list.Items[0]
+		want := slice.DeepCopy().Endpoints
+		// The edit leaves our content annotation as it was: only the
+		// managedFields tell the daemon that the content is not ours.
+		slice.Endpoints = slice.Endpoints[1:]
+		if _, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).Update(ctx, &slice, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, waitTimeout, func() error {
+			got, err := e.hub.Client.DiscoveryV1().EndpointSlices(appNamespace).Get(ctx, slice.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !reflect.DeepEqual(got.Endpoints, want) {
+				return fmt.Errorf("%s has %d endpoints, want %d", got.Name, len(got.Endpoints), len(want))
+			}
+			return nil
+		})
+		if n := labelledCounter(t, d, "endpoint_aggregator_hub_full_reads_total", "resource", "endpointslices"); n < 1 {
+			t.Errorf("hub_full_reads_total{resource=endpointslices} = %v, want the edited slice read in full", n)
+		}
 	})
 
 	t.Run("deleting a member Secret withdraws all its objects", func(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -112,6 +113,10 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 	if err != nil {
 		return nil, fmt.Errorf("hub MCS client: %w", err)
 	}
+	hubMetadata, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hub metadata client: %w", err)
+	}
 
 	if err := checkServiceImportServed(hub.Discovery()); err != nil {
 		return nil, err
@@ -166,6 +171,7 @@ func NewDaemon(o *Options, hubConfig *rest.Config, reg *prometheus.Registry) (*D
 		UnreachableWithdraw: o.UnreachableWithdraw,
 		LeaseNamespace:      o.Namespace,
 		LeaseDuration:       o.MemberLeaseDuration,
+		HubMetadata:         hubMetadata,
 		LeaseClient:         leases,
 		Recorder:            recorder,
 		Metrics:             metrics,

@@ -17,7 +17,9 @@
 //
 //   - keyQueue (queue.go): the workqueue, the order it hands keys out in
 //     (lanes.go), and the count of keys queued, in flight or retrying.
-//   - hubCaches (hubcaches.go): the hub informers and listers.
+//   - hubCaches (hubcaches.go): the hub informers and listers; our
+//     EndpointSlices and Endpoints are watched as metadata and cached as
+//     the digests their annotation carries (hubdigests.go).
 //   - hubReader (reader.go) and hubWriter (writer.go, apply.go): the read
 //     and apply steps of a sync.
 //   - written (written.go): our writes the hub caches have not shown yet.

@@ -95,6 +95,9 @@ func digestAnnotations(in map[string]string) map[string]string {
 	if !content && !hasRecord {
 		return in
 	}
+	if content && len(in) == 1 {
+		return nil
+	}
 	out := maps.Clone(in)
 	delete(out, AnnotationContent)
 	if hasRecord {

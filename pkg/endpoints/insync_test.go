@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"unique"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -122,6 +123,25 @@ func BenchmarkPlanMemberInSync(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		PlanMember(testNamespace, testService, testCluster, &src, PerClusterMirror, view)
+	}
+}
+
+// BenchmarkPlanMemberOneChange plans a member service of 1,000 endpoints,
+// in ten slices, after one endpoint of one slice turned not ready: one MCS
+// slice and the per-cluster Endpoints (one object of all 1,000 addresses)
+// are written.
+func BenchmarkPlanMemberOneChange(b *testing.B) {
+	src := benchSource(1000)
+	view := viewAfter(b, MemberView{}, PlanMember(testNamespace, testService, testCluster, &src, PerClusterMirror, MemberView{}))
+	changed := benchSource(1000)
+	changed.Slices[4].Endpoints[42].markNotReady(map[unique.Handle[attributes]]unique.Handle[attributes]{})
+	plan := PlanMember(testNamespace, testService, testCluster, &changed, PerClusterMirror, view)
+	if len(plan.Slices.Update) != 1 || len(plan.Slices.Create)+len(plan.Slices.Delete) != 0 || plan.Endpoints.Update == nil {
+		b.Fatalf("want one slice and the Endpoints updated, got %s", describe(plan.Slices))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		PlanMember(testNamespace, testService, testCluster, &changed, PerClusterMirror, view)
 	}
 }
 

@@ -39,8 +39,10 @@ type SliceDigest struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
 	AddressType discoveryv1.AddressType
-	// Group identifies the slice's address type and ports (groupKey).
-	Group string
+	// Group identifies the slice's address type and ports: the groupHash
+	// of their groupKey. Hash covers it too, so a colliding group can cost
+	// a rewrite, never a slice with the wrong ports.
+	Group uint64
 	// AddressKeys holds the key (AddressKey) of each endpoint's first
 	// address, in the slice's order; 0 for an endpoint without one. The
 	// planner keeps an endpoint in the slice that holds its key; Hash, which
@@ -62,18 +64,24 @@ func DigestSlice(s *discoveryv1.EndpointSlice) *SliceDigest {
 		TypeMeta:    s.TypeMeta,
 		ObjectMeta:  s.ObjectMeta,
 		AddressType: s.AddressType,
-		Group:       unique.Make(groupKey(s.AddressType, s.Ports)).Value(),
 	}
 	d.Annotations = digestAnnotations(s.Annotations)
-	d.AddressKeys, d.Hash, d.Unzoned = sliceContent(s)
+	d.Group, d.AddressKeys, d.Hash, d.Unzoned = sliceContent(s)
 	return d
 }
 
-// sliceContent returns what a digest holds of s's endpoints.
-func sliceContent(s *discoveryv1.EndpointSlice) (keys []uint64, hash uint64, unzoned bool) {
+// groupHash is the Group of a slice of the group key identifies.
+func groupHash(key string) uint64 {
+	return max(xxhash.Sum64String(key), 1)
+}
+
+// sliceContent returns what a digest holds of s's ports and endpoints.
+func sliceContent(s *discoveryv1.EndpointSlice) (group uint64, keys []uint64, hash uint64, unzoned bool) {
+	group = groupHash(groupKey(s.AddressType, s.Ports))
 	keys = make([]uint64, len(s.Endpoints))
 	var h xxhash.Digest
 	h.Reset()
+	writeUint64(&h, group)
 	writeInt(&h, len(s.Endpoints))
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
@@ -83,7 +91,7 @@ func sliceContent(s *discoveryv1.EndpointSlice) (keys []uint64, hash uint64, unz
 		unzoned = unzoned || unzonedReady(ep)
 		hashEndpoint(&h, ep)
 	}
-	return keys, sum(&h), unzoned
+	return group, keys, sum(&h), unzoned
 }
 
 // digestAnnotations are the annotations a digest keeps: AnnotationContent,
@@ -113,7 +121,7 @@ const contentVersion = "1"
 // setSliceContent records the digest of s's content in its annotations,
 // which must be s's own.
 func setSliceContent(s *discoveryv1.EndpointSlice) {
-	keys, hash, unzoned := sliceContent(s)
+	group, keys, hash, unzoned := sliceContent(s)
 	packed := make([]byte, 4*len(keys))
 	for i, k := range keys {
 		binary.LittleEndian.PutUint32(packed[4*i:], uint32(k))
@@ -126,15 +134,15 @@ func setSliceContent(s *discoveryv1.EndpointSlice) {
 		s.Annotations = make(map[string]string, 1)
 	}
 	s.Annotations[AnnotationContent] = strings.Join([]string{contentVersion, strconv.FormatUint(hash, 16), flag,
-		base64.RawStdEncoding.EncodeToString(packed), groupKey(s.AddressType, s.Ports)}, ";")
+		base64.RawStdEncoding.EncodeToString(packed), string(s.AddressType), strconv.FormatUint(group, 16)}, ";")
 }
 
 // SliceDigestFromMeta returns the digest of one of our slices whose
 // metadata is meta, read from its AnnotationContent; false when that is
 // missing or unreadable. It shares meta's labels.
 func SliceDigestFromMeta(meta metav1.ObjectMeta) (*SliceDigest, bool) {
-	parts := strings.SplitN(meta.Annotations[AnnotationContent], ";", 5)
-	if len(parts) != 5 || parts[0] != contentVersion || (parts[2] != "u" && parts[2] != "z") {
+	parts := strings.Split(meta.Annotations[AnnotationContent], ";")
+	if len(parts) != 6 || parts[0] != contentVersion || (parts[2] != "u" && parts[2] != "z") {
 		return nil, false
 	}
 	hash, err := strconv.ParseUint(parts[1], 16, 64)
@@ -145,15 +153,19 @@ func SliceDigestFromMeta(meta metav1.ObjectMeta) (*SliceDigest, bool) {
 	if err != nil || len(packed)%4 != 0 {
 		return nil, false
 	}
-	addressType, _, _ := strings.Cut(parts[4], "|")
+	addressType := parts[4]
 	if addressType != string(discoveryv1.AddressTypeIPv4) && addressType != string(discoveryv1.AddressTypeIPv6) {
+		return nil, false
+	}
+	group, err := strconv.ParseUint(parts[5], 16, 64)
+	if err != nil || group == 0 {
 		return nil, false
 	}
 	d := &SliceDigest{
 		TypeMeta:    metav1.TypeMeta{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice"},
 		ObjectMeta:  meta,
 		AddressType: discoveryv1.AddressType(addressType),
-		Group:       unique.Make(parts[4]).Value(),
+		Group:       group,
 		AddressKeys: make([]uint64, len(packed)/4),
 		Hash:        hash,
 		Unzoned:     parts[2] == "u",
@@ -200,11 +212,12 @@ func addrKey(addr netip.Addr) uint64 {
 	return max(uint64(uint32(xxhash.Sum64(addr.AppendTo(buf[:0])))), 1)
 }
 
-// hashEndpoints is the Hash a slice holding eps, in this order and as
-// hubEndpointInto writes them with hints, digests to.
-func hashEndpoints(eps []desiredEndpoint, hints Hints) uint64 {
+// hashEndpoints is the Hash a slice of group holding eps, in this order
+// and as hubEndpointInto writes them with hints, digests to.
+func hashEndpoints(group uint64, eps []desiredEndpoint, hints Hints) uint64 {
 	var h xxhash.Digest
 	h.Reset()
+	writeUint64(&h, group)
 	writeInt(&h, len(eps))
 	for _, d := range eps {
 		hashMemberEndpoint(&h, d.addr, d.ep, hints.zonesFor(d.ep))
@@ -455,6 +468,12 @@ func writeAddr(h *xxhash.Digest, addr netip.Addr) {
 
 // The writers below frame every value (length prefixes, presence bytes) so
 // that different field contents never write the same bytes.
+
+func writeUint64(h *xxhash.Digest, n uint64) {
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], n)
+	_, _ = h.Write(buf[:])
+}
 
 func writeInt(h *xxhash.Digest, n int) {
 	var buf [binary.MaxVarintLen64]byte

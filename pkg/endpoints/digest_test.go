@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"fmt"
 	"github.com/cespare/xxhash/v2"
 	"reflect"
 	"slices"
@@ -33,10 +34,12 @@ func endpointEqual(a, b *discoveryv1.Endpoint) bool {
 		slices.Equal(ah.ForZones, bh.ForZones) && slices.Equal(ah.ForNodes, bh.ForNodes)
 }
 
-// hashAPIEndpoints is the Hash of a slice holding eps, in this order.
-func hashAPIEndpoints(eps ...*discoveryv1.Endpoint) uint64 {
+// hashAPIEndpoints is the Hash of a slice of group holding eps, in this
+// order.
+func hashAPIEndpoints(group uint64, eps ...*discoveryv1.Endpoint) uint64 {
 	var h xxhash.Digest
 	h.Reset()
+	writeUint64(&h, group)
 	writeInt(&h, len(eps))
 	for _, ep := range eps {
 		hashEndpoint(&h, ep)
@@ -87,7 +90,7 @@ func TestHashEndpointsAgreesWithEquality(t *testing.T) {
 	for i := range vs {
 		for j := range vs {
 			a, b := &vs[i], &vs[j]
-			sameHash := hashAPIEndpoints(a) == hashAPIEndpoints(b)
+			sameHash := hashAPIEndpoints(1, a) == hashAPIEndpoints(1, b)
 			if want := endpointEqual(a, b); sameHash != want {
 				t.Errorf("variants %d and %d: equal hashes %v, equal endpoints %v\n%v\n%v", i, j, sameHash, want, a, b)
 			}
@@ -96,11 +99,15 @@ func TestHashEndpointsAgreesWithEquality(t *testing.T) {
 	// The digest of a slice hashes like its endpoints, in order.
 	s := memberSlice("s", discoveryv1.AddressTypeIPv4, httpPorts, vs[:3]...)
 	d := DigestSlice(s)
-	if want := hashAPIEndpoints(&vs[0], &vs[1], &vs[2]); d.Hash != want {
-		t.Errorf("DigestSlice hash %x, want %x", d.Hash, want)
+	group := groupHash(groupKey(s.AddressType, s.Ports))
+	if want := hashAPIEndpoints(group, &vs[0], &vs[1], &vs[2]); d.Hash != want || d.Group != group {
+		t.Errorf("DigestSlice hash %x, group %x, want %x and %x", d.Hash, d.Group, want, group)
 	}
-	if swapped := hashAPIEndpoints(&vs[1], &vs[0], &vs[2]); d.Hash == swapped {
+	if swapped := hashAPIEndpoints(group, &vs[1], &vs[0], &vs[2]); d.Hash == swapped {
 		t.Error("hash does not depend on endpoint order")
+	}
+	if other := hashAPIEndpoints(group+1, &vs[0], &vs[1], &vs[2]); d.Hash == other {
+		t.Error("hash does not depend on the slice's ports")
 	}
 	one, two := AddressKey("10.0.0.1"), AddressKey("10.0.0.2")
 	if one == two || !slices.Equal(d.AddressKeys, []uint64{one, two, one}) {
@@ -236,14 +243,14 @@ func TestDigestFromMetaRefusesWhatWeDoNotWrite(t *testing.T) {
 	if _, ok := SliceDigestFromMeta(plan.Create[0].ObjectMeta); !ok {
 		t.Fatalf("our own annotation %q is unreadable", good)
 	}
-	parts := strings.SplitN(good, ";", 5)
+	parts := strings.Split(good, ";")
 	with := func(i int, v string) string {
 		p := slices.Clone(parts)
 		p[i] = v
 		return strings.Join(p, ";")
 	}
 	for _, value := range []string{"", "1", "2" + good[1:], with(1, "0"), with(1, "xyz"), with(2, "q"), with(3, "!!"), with(3, "AAA"),
-		with(4, "IPv5|http/TCP/8080"), with(4, "FQDN|http/TCP/8080"), strings.Join(parts[:4], ";")} {
+		with(4, "IPv5"), with(4, "FQDN"), with(5, "0"), with(5, "g"), strings.Join(parts[:5], ";"), good + ";x"} {
 		meta := *plan.Create[0].ObjectMeta.DeepCopy()
 		meta.Annotations[AnnotationContent] = value
 		if d, ok := SliceDigestFromMeta(meta); ok {
@@ -255,5 +262,27 @@ func TestDigestFromMetaRefusesWhatWeDoNotWrite(t *testing.T) {
 		if d, ok := EndpointsDigestFromMeta(meta); ok {
 			t.Errorf("Endpoints annotation %q read as %+v", value, d)
 		}
+	}
+}
+
+// A full slice's content annotation stays well within the room the export
+// budget leaves for our own annotations, whatever its ports.
+func TestContentAnnotationOfAFullSliceIsSmall(t *testing.T) {
+	var ports []discoveryv1.EndpointPort
+	for i := range 100 {
+		ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(fmt.Sprintf("port-%d", i)), Port: ptr.To(int32(1000 + i)),
+			AppProtocol: ptr.To("example.com/" + strings.Repeat("p", 60))})
+	}
+	var eps []discoveryv1.Endpoint
+	for i := range MaxEndpointsPerSlice {
+		eps = append(eps, endpoint(fmt.Sprintf("fd00:1234:5678:9abc:def0:1234:5678:%x", i), i%2 == 0))
+	}
+	plan := PlanSlices(testSource(memberSlice("web-a", discoveryv1.AddressTypeIPv6, ports, eps...)), Locality{}, nil)
+	if len(plan.Create) != 1 {
+		t.Fatalf("want one slice, got %s", describe(plan))
+	}
+	value := plan.Create[0].Annotations[AnnotationContent]
+	if n := len(AnnotationContent) + len(value); n > ownAnnotationsRoom/4 {
+		t.Errorf("the content annotation of a full slice takes %d bytes, over a quarter of the %d kept for our own", n, ownAnnotationsRoom)
 	}
 }

@@ -185,16 +185,16 @@ func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 		if got, want := written.Hints != nil, ptr.Deref(ep.Zone, "") != ""; got != want {
 			t.Errorf("variant %d: hinted %v, want %v for zone %v", i, got, want, ep.Zone)
 		}
-		if h := hashEndpoints([]desiredEndpoint{{addr, &m}}, Hints{OwnZone: true}); h != hashAPIEndpoints(&written) {
+		if h := hashEndpoints(1, []desiredEndpoint{{addr, &m}}, Hints{OwnZone: true}); h != hashAPIEndpoints(1, &written) {
 			t.Errorf("variant %d: hinted projection hash differs from the written endpoint's %+v", i, written)
 		}
 		hubEndpointInto(addr, &m, Hints{}, &written)
-		h := hashEndpoints([]desiredEndpoint{{addr, &m}}, Hints{})
-		if h != hashAPIEndpoints(&written) {
+		h := hashEndpoints(1, []desiredEndpoint{{addr, &m}}, Hints{})
+		if h != hashAPIEndpoints(1, &written) {
 			t.Errorf("variant %d: projection hash differs from the written endpoint's %+v", i, written)
 		}
 		ref := referenceHubEndpoint(ep)
-		if h != hashAPIEndpoints(&ref) {
+		if h != hashAPIEndpoints(1, &ref) {
 			t.Errorf("variant %d: projection hash differs from the member endpoint's %+v", i, ep)
 		}
 	}

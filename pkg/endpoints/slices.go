@@ -40,6 +40,8 @@ func SliceLabels(namespace, service, cluster string) map[string]string {
 // sliceGroup holds the desired endpoints sharing an address type and a port
 // set. Each hub slice holds endpoints of a single group.
 type sliceGroup struct {
+	// key is the groupHash of the group's key.
+	key         uint64
 	addressType discoveryv1.AddressType
 	ports       []discoveryv1.EndpointPort // sorted by comparePorts
 	// endpoints maps addresses to member endpoints: they are read-only and
@@ -88,6 +90,7 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 		g := groups[key]
 		if g == nil {
 			g = &sliceGroup{
+				key:         groupHash(key),
 				addressType: sl.AddressType,
 				ports:       sortedPorts(sl.Ports),
 				endpoints:   make(map[netip.Addr]*MemberEndpoint, total),

@@ -95,8 +95,12 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		total += len(es.AddressKeys)
 	}
 	keptEndpoints := make([]desiredEndpoint, total)
+	byGroup := make(map[uint64]*sliceGroup, len(groups))
+	for _, g := range groups {
+		byGroup[g.key] = g
+	}
 	for i, es := range owned {
-		g := groups[es.Group]
+		g := byGroup[es.Group]
 		if g == nil {
 			toDelete = append(toDelete, es)
 			continue
@@ -249,7 +253,7 @@ func keepDesired(es *SliceDigest, g *sliceGroup, ps *plannedSlice, buf []desired
 	}
 	// With every endpoint still desired, in the slice's order, the slice is
 	// unchanged if their desired versions hash to its content.
-	return dirty || hashEndpoints(ps.endpoints, g.hints) != es.Hash
+	return dirty || hashEndpoints(g.key, ps.endpoints, g.hints) != es.Hash
 }
 
 // appendPlanned appends ps to list, which it makes with room for n the
@@ -271,7 +275,9 @@ func placeholderGroup(src Source, groups map[string]*sliceGroup) *sliceGroup {
 	}
 	clear(groups)
 	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[netip.Addr]*MemberEndpoint{}}
-	groups[groupKey(g.addressType, nil)] = g
+	key := groupKey(g.addressType, nil)
+	g.key = groupHash(key)
+	groups[key] = g
 	return g
 }
 

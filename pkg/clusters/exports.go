@@ -211,7 +211,7 @@ func (s *exportSource) watch(ctx context.Context, o metav1.ListOptions) (watch.I
 		w, err = s.mcs.MulticlusterV1beta1().ServiceExports(metav1.NamespaceAll).Watch(ctx, o)
 	case ExportV1alpha1:
 		if w, err = s.mcs.MulticlusterV1alpha1().ServiceExports(metav1.NamespaceAll).Watch(ctx, o); err == nil {
-			w = watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			w = filterWatch(w, func(e watch.Event) (watch.Event, bool) {
 				if se, ok := e.Object.(*mcsv1alpha1.ServiceExport); ok {
 					e.Object = ServiceExportV1beta1(se)
 				}

@@ -211,7 +211,7 @@ func (b *readBound) watch(w watch.Interface, streaming bool, report func(error),
 	}
 	initial := streaming
 	added := 0
-	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
+	return filterWatch(w, func(in watch.Event) (watch.Event, bool) {
 		n := int(b.held.Load())
 		switch {
 		case initial && in.Type == watch.Added:

@@ -60,8 +60,12 @@ func newFailure(err error, since time.Time) *Failure {
 // probeLoop checks the member's API server every interval with a bounded
 // request, so a member that hangs (a partition, a frozen process) is noticed
 // even when it has no events to send, and a quiet member does not look dead.
-// It probes from the start: a probe that succeeds after one failed asks for
-// fresh informers (see runInformers), before the first sync as after it.
+// It probes from the start: a probe that succeeds after an outage asks for
+// fresh informers (see runInformers); before the first sync, after one
+// failed probe. A synced member whose probe failed once is not relisted:
+// one slow answer is not an outage, and under load a relist per slow probe
+// feeds the load that slowed it (a thousand members reconnected over and
+// over in the benchmark at a million endpoints).
 // Health is reported from the start, before the first sync too, so that the
 // unreachable policy applies to a member that is dark when the daemon
 // starts: onChange is called when health flips, and when the first probes
@@ -100,7 +104,7 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 		now := time.Now()
 		err := c.probe(timeout)
 		healthy := err == nil
-		if healthy && !answered {
+		if healthy && !answered && (failures >= probeFailureThreshold || !c.synced.Load()) {
 			c.askReconnect()
 		}
 		answered = healthy

@@ -237,8 +237,10 @@ func (s *informerSet) shutdown() { s.cancel() }
 //     changed in ways no event told (deletes during the outage). HasSynced
 //     stays true throughout, so nothing of the member is withdrawn.
 //
-// The price is one relist of the member per outage the probe saw, as a
-// reflector whose resourceVersion expired would do anyway. The sync timeout
+// The price is one relist of the member per outage the probe saw (after
+// the first sync, probeFailureThreshold failed probes in a row: one slow
+// probe is none), as a reflector whose resourceVersion expired would do
+// anyway. The sync timeout
 // and the health state belong to the Cluster and are not reset.
 //
 // One goroutine serves the requests at a time (informerLoop): runInformers

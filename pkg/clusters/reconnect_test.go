@@ -31,6 +31,9 @@ type flakyMember struct {
 	gated        atomic.Int64 // calls that waited at the gate
 	failedLists  atomic.Int64
 	failedProbes atomic.Int64
+	probes       atomic.Int64
+	// failOneProbe fails the next probe only.
+	failOneProbe atomic.Bool
 }
 
 func newFlakyMember(objs ...runtime.Object) *flakyMember {
@@ -38,7 +41,8 @@ func newFlakyMember(objs ...runtime.Object) *flakyMember {
 	m.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		switch {
 		case a.GetVerb() == "get" && a.GetResource().Resource == "version":
-			if m.down.Load() {
+			m.probes.Add(1)
+			if m.down.Load() || m.failOneProbe.CompareAndSwap(true, false) {
 				m.failedProbes.Add(1)
 				return true, nil, errRefused
 			}
@@ -267,6 +271,26 @@ func TestClusterReconnectsAfterEachOutage(t *testing.T) {
 	}
 	if svcs, _ := c.ServiceLister().List(labels.Everything()); len(svcs) != 1 {
 		t.Errorf("listed %d Services, want 1", len(svcs))
+	}
+}
+
+// One failed probe of a synced member is not an outage: its informers,
+// whose watches never failed, are not replaced by a relist.
+func TestClusterKeepsItsInformersAfterOneSlowProbe(t *testing.T) {
+	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
+	r, _ := startFlakyRegistry(t, m, time.Hour)
+	waitUntil(t, synced(r))
+	c := r.Get("east")
+	before := c.informers.Load()
+	m.failOneProbe.Store(true)
+	waitUntil(t, func() bool { return m.failedProbes.Load() == 1 })
+	probed := m.probes.Load()
+	waitUntil(t, func() bool { return m.probes.Load() >= probed+5 })
+	if c.informers.Load() != before || c.informerLoop.Load() {
+		t.Error("one failed probe replaced the member's informers")
+	}
+	if n := m.failedProbes.Load(); n != 1 {
+		t.Fatalf("%d probes failed, want 1", n)
 	}
 }
 

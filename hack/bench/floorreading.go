@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/clusters"
 	"github.com/endpoint-aggregator/endpoint-aggregator/pkg/endpoints"
@@ -35,6 +39,24 @@ type readingFloor struct {
 	*floor
 	members []kubernetes.Interface // by member index
 	reads   atomic.Int64
+	// retried counts the lists that failed and were made again, as a
+	// reflector would after a failed list.
+	retried atomic.Int64
+}
+
+// listBackoff spaces the retries of a failed member list.
+var listBackoff = wait.Backoff{Steps: 8, Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: 10 * time.Second}
+
+// list calls list until it succeeds, counting the retries, or gives up
+// after listBackoff's steps or when ctx ends.
+func (rf *readingFloor) list(ctx context.Context, list func() error) error {
+	return retry.OnError(listBackoff, func(error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		rf.retried.Add(1)
+		return true
+	}, list)
 }
 
 func newReadingFloor(fl *floor, proxy *memberProxy) (*readingFloor, error) {
@@ -105,13 +127,19 @@ func (rf *readingFloor) cold(ctx context.Context, clusterSet []func(context.Cont
 // of each fleet service it has, by service index.
 func (rf *readingFloor) read(ctx context.Context, m int) (map[int]endpoints.Source, error) {
 	c := rf.members[m]
-	svcs, err := c.CoreV1().Services(appNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	var svcs *corev1.ServiceList
+	if err := rf.list(ctx, func() (err error) {
+		svcs, err = c.CoreV1().Services(appNamespace).List(ctx, metav1.ListOptions{})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	rf.reads.Add(1)
-	slices, err := c.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	var slices *discoveryv1.EndpointSliceList
+	if err := rf.list(ctx, func() (err error) {
+		slices, err = c.DiscoveryV1().EndpointSlices(appNamespace).List(ctx, metav1.ListOptions{})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	rf.reads.Add(1)

@@ -73,7 +73,7 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 		fl.forget()
 		logf("reading floor: listing %d members' Services and EndpointSlices (QPS %d, burst %d each) and writing every hub object (%d workers)%s",
 			len(rf.members), memberQPS, memberBurst, c.workers, runOf(i, c.runs))
-		w0, r0 := fl.writes.Load(), rf.reads.Load()
+		w0, r0, retried0 := fl.writes.Load(), rf.reads.Load(), rf.retried.Load()
 		t0 := time.Now()
 		if err := rf.cold(ctx, jobs[:len(f.services)]); err != nil {
 			return err
@@ -87,7 +87,7 @@ func runFloor(ctx context.Context, c *config, r *results, f *fleet, floorHub *te
 		if w := fl.writes.Load() - w0; w != r.Floor.ColdWrites {
 			return fmt.Errorf("reading floor: %d writes, the floor made %d", w, r.Floor.ColdWrites)
 		}
-		logf("reading floor: converged in %.2fs with %d member reads", cold[i], r.Floor.ReadingColdReads)
+		logf("reading floor: converged in %.2fs with %d member reads (%d failed lists made again)", cold[i], r.Floor.ReadingColdReads, rf.retried.Load()-retried0)
 	}
 	r.Floor.ReadingColdRuns = spreadOf(cold)
 	r.Floor.ReadingColdSeconds = r.Floor.ReadingColdRuns.Median

@@ -9,8 +9,8 @@ const maxAnnotationsSize = 256 * 1024
 // ownAnnotationsRoom is what an object keeps of maxAnnotationsSize for the
 // annotations of ours written beside an export's (the derived Service's
 // name, which is bounded by name lengths; a slice's content digest, about
-// 600 bytes at MaxEndpointsPerSlice) and for those someone else may have
-// set on our objects.
+// 1.1 KB at MaxEndpointsPerSlice) and for those someone else may have set
+// on our objects.
 const ownAnnotationsRoom = 4 * 1024
 
 // exportBudget is how much of its hub objects' annotations one export may

@@ -40,8 +40,8 @@ type SliceDigest struct {
 	metav1.ObjectMeta
 	AddressType discoveryv1.AddressType
 	// Group identifies the slice's address type and ports: the groupHash
-	// of their groupKey. Hash covers it too, so a colliding group can cost
-	// a rewrite, never a slice with the wrong ports.
+	// of their groupKey. Hash covers the groupKey itself, so a colliding
+	// group can cost a rewrite, never a slice with the wrong ports.
 	Group uint64
 	// AddressKeys holds the key (AddressKey) of each endpoint's first
 	// address, in the slice's order; 0 for an endpoint without one. The
@@ -77,11 +77,12 @@ func groupHash(key string) uint64 {
 
 // sliceContent returns what a digest holds of s's ports and endpoints.
 func sliceContent(s *discoveryv1.EndpointSlice) (group uint64, keys []uint64, hash uint64, unzoned bool) {
-	group = groupHash(groupKey(s.AddressType, s.Ports))
+	key := groupKey(s.AddressType, s.Ports)
+	group = groupHash(key)
 	keys = make([]uint64, len(s.Endpoints))
 	var h xxhash.Digest
 	h.Reset()
-	writeUint64(&h, group)
+	writeString(&h, key)
 	writeInt(&h, len(s.Endpoints))
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
@@ -122,9 +123,9 @@ const contentVersion = "1"
 // which must be s's own.
 func setSliceContent(s *discoveryv1.EndpointSlice) {
 	group, keys, hash, unzoned := sliceContent(s)
-	packed := make([]byte, 4*len(keys))
+	packed := make([]byte, 8*len(keys))
 	for i, k := range keys {
-		binary.LittleEndian.PutUint32(packed[4*i:], uint32(k))
+		binary.LittleEndian.PutUint64(packed[8*i:], k)
 	}
 	flag := "z"
 	if unzoned {
@@ -150,7 +151,7 @@ func SliceDigestFromMeta(meta metav1.ObjectMeta) (*SliceDigest, bool) {
 		return nil, false
 	}
 	packed, err := base64.RawStdEncoding.DecodeString(parts[3])
-	if err != nil || len(packed)%4 != 0 {
+	if err != nil || len(packed)%8 != 0 {
 		return nil, false
 	}
 	addressType := parts[4]
@@ -166,12 +167,12 @@ func SliceDigestFromMeta(meta metav1.ObjectMeta) (*SliceDigest, bool) {
 		ObjectMeta:  meta,
 		AddressType: discoveryv1.AddressType(addressType),
 		Group:       group,
-		AddressKeys: make([]uint64, len(packed)/4),
+		AddressKeys: make([]uint64, len(packed)/8),
 		Hash:        hash,
 		Unzoned:     parts[2] == "u",
 	}
 	for i := range d.AddressKeys {
-		d.AddressKeys[i] = uint64(binary.LittleEndian.Uint32(packed[4*i:]))
+		d.AddressKeys[i] = binary.LittleEndian.Uint64(packed[8*i:])
 	}
 	d.Annotations = digestAnnotations(meta.Annotations)
 	return d, true
@@ -189,6 +190,19 @@ func DigestSliceRead(s *discoveryv1.EndpointSlice) *SliceDigest {
 	return d
 }
 
+// resetOwnersOfUnknown makes an update of an object whose digest had Hash
+// 0 (its content read in full, or unknown) reset its managedFields: a list
+// of one empty entry, which the API server takes as "drop every manager's
+// record". An update that leaves a field's value as it was does not take
+// that field over, so without the reset another manager (an earlier
+// release, say) would keep owning the content, and the object would be
+// read in full again at every change and every start.
+func resetOwnersOfUnknown(meta *metav1.ObjectMeta, hash uint64) {
+	if hash == 0 {
+		meta.ManagedFields = []metav1.ManagedFieldsEntry{{}}
+	}
+}
+
 // UnknownSliceDigest is the digest of one of our slices whose content is
 // unknown: Hash 0 and no group, which no plan keeps, so the slice is
 // rewritten or deleted. It shares meta's labels.
@@ -198,9 +212,9 @@ func UnknownSliceDigest(meta metav1.ObjectMeta) *SliceDigest {
 	return d
 }
 
-// AddressKey is the key a digest holds of addr: a 32-bit hash, never 0.
+// AddressKey is the key a digest holds of addr: a 64-bit hash, never 0.
 func AddressKey(addr string) uint64 {
-	return max(uint64(uint32(xxhash.Sum64String(addr))), 1)
+	return max(xxhash.Sum64String(addr), 1)
 }
 
 // maxAddrText is the longest text form of an address without a zone.
@@ -209,15 +223,16 @@ const maxAddrText = len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")
 // addrKey is AddressKey of addr in text form, without making the string.
 func addrKey(addr netip.Addr) uint64 {
 	var buf [maxAddrText]byte
-	return max(uint64(uint32(xxhash.Sum64(addr.AppendTo(buf[:0])))), 1)
+	return max(xxhash.Sum64(addr.AppendTo(buf[:0])), 1)
 }
 
-// hashEndpoints is the Hash a slice of group holding eps, in this order
-// and as hubEndpointInto writes them with hints, digests to.
-func hashEndpoints(group uint64, eps []desiredEndpoint, hints Hints) uint64 {
+// hashEndpoints is the Hash a slice of the group groupKey names holding
+// eps, in this order and as hubEndpointInto writes them with hints,
+// digests to.
+func hashEndpoints(groupKey string, eps []desiredEndpoint, hints Hints) uint64 {
 	var h xxhash.Digest
 	h.Reset()
-	writeUint64(&h, group)
+	writeString(&h, groupKey)
 	writeInt(&h, len(eps))
 	for _, d := range eps {
 		hashMemberEndpoint(&h, d.addr, d.ep, hints.zonesFor(d.ep))
@@ -468,12 +483,6 @@ func writeAddr(h *xxhash.Digest, addr netip.Addr) {
 
 // The writers below frame every value (length prefixes, presence bytes) so
 // that different field contents never write the same bytes.
-
-func writeUint64(h *xxhash.Digest, n uint64) {
-	var buf [8]byte
-	binary.LittleEndian.PutUint64(buf[:], n)
-	_, _ = h.Write(buf[:])
-}
 
 func writeInt(h *xxhash.Digest, n int) {
 	var buf [binary.MaxVarintLen64]byte

@@ -185,16 +185,16 @@ func TestHashOfProjectionAgreesWithWrittenEndpoint(t *testing.T) {
 		if got, want := written.Hints != nil, ptr.Deref(ep.Zone, "") != ""; got != want {
 			t.Errorf("variant %d: hinted %v, want %v for zone %v", i, got, want, ep.Zone)
 		}
-		if h := hashEndpoints(1, []desiredEndpoint{{addr, &m}}, Hints{OwnZone: true}); h != hashAPIEndpoints(1, &written) {
+		if h := hashEndpoints("g", []desiredEndpoint{{addr, &m}}, Hints{OwnZone: true}); h != hashAPIEndpoints("g", &written) {
 			t.Errorf("variant %d: hinted projection hash differs from the written endpoint's %+v", i, written)
 		}
 		hubEndpointInto(addr, &m, Hints{}, &written)
-		h := hashEndpoints(1, []desiredEndpoint{{addr, &m}}, Hints{})
-		if h != hashAPIEndpoints(1, &written) {
+		h := hashEndpoints("g", []desiredEndpoint{{addr, &m}}, Hints{})
+		if h != hashAPIEndpoints("g", &written) {
 			t.Errorf("variant %d: projection hash differs from the written endpoint's %+v", i, written)
 		}
 		ref := referenceHubEndpoint(ep)
-		if h != hashAPIEndpoints(1, &ref) {
+		if h != hashAPIEndpoints("g", &ref) {
 			t.Errorf("variant %d: projection hash differs from the member endpoint's %+v", i, ep)
 		}
 	}

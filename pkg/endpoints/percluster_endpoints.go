@@ -52,6 +52,7 @@ func perClusterEndpointsUpdate(src Source, live *EndpointsDigest) *corev1.Endpoi
 	out.Annotations = mergeOwned(meta.Annotations, live.Annotations, endpointsAnnotationKeys)
 	out.Subsets = buildSubsets(subs)
 	setEndpointsContent(out, hash)
+	resetOwnersOfUnknown(&out.ObjectMeta, live.Hash)
 	return out
 }
 

@@ -40,8 +40,9 @@ func SliceLabels(namespace, service, cluster string) map[string]string {
 // sliceGroup holds the desired endpoints sharing an address type and a port
 // set. Each hub slice holds endpoints of a single group.
 type sliceGroup struct {
-	// key is the groupHash of the group's key.
-	key         uint64
+	// key is the group's groupKey, hash its groupHash.
+	key         string
+	hash        uint64
 	addressType discoveryv1.AddressType
 	ports       []discoveryv1.EndpointPort // sorted by comparePorts
 	// endpoints maps addresses to member endpoints: they are read-only and
@@ -90,7 +91,8 @@ func desiredGroups(src Source) map[string]*sliceGroup {
 		g := groups[key]
 		if g == nil {
 			g = &sliceGroup{
-				key:         groupHash(key),
+				key:         key,
+				hash:        groupHash(key),
 				addressType: sl.AddressType,
 				ports:       sortedPorts(sl.Ports),
 				endpoints:   make(map[netip.Addr]*MemberEndpoint, total),
@@ -179,7 +181,7 @@ func sortedPorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
 }
 
 // groupKeys makes groupKey's keys, reusing the last one while the ports
-// are the same list: member slices and digests share their ports when equal
+// are the same list: member slices share their ports when equal
 // (intern.Ports), so a service's slices are keyed once.
 type groupKeys struct {
 	addressType discoveryv1.AddressType

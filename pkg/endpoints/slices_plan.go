@@ -95,9 +95,14 @@ func PlanSlices(src Source, loc Locality, existing []*SliceDigest) SlicePlan {
 		total += len(es.AddressKeys)
 	}
 	keptEndpoints := make([]desiredEndpoint, total)
+	// Two groups whose hashes collide match no slice: theirs are replaced.
 	byGroup := make(map[uint64]*sliceGroup, len(groups))
 	for _, g := range groups {
-		byGroup[g.key] = g
+		if _, taken := byGroup[g.hash]; taken {
+			byGroup[g.hash] = nil
+			continue
+		}
+		byGroup[g.hash] = g
 	}
 	for i, es := range owned {
 		g := byGroup[es.Group]
@@ -275,9 +280,9 @@ func placeholderGroup(src Source, groups map[string]*sliceGroup) *sliceGroup {
 	}
 	clear(groups)
 	g := &sliceGroup{addressType: placeholderAddressType(src.Service), endpoints: map[netip.Addr]*MemberEndpoint{}}
-	key := groupKey(g.addressType, nil)
-	g.key = groupHash(key)
-	groups[key] = g
+	g.key = groupKey(g.addressType, nil)
+	g.hash = groupHash(g.key)
+	groups[g.key] = g
 	return g
 }
 
@@ -379,6 +384,7 @@ func (s *plannedSlice) object(name, namespace string, labels, annotations map[st
 		s.existing.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 		out.Labels = mergeOwned(labels, out.Labels, sliceLabelKeys)
 		out.Annotations = mergeOwned(annotations, out.Annotations, sliceAnnotationKeys)
+		resetOwnersOfUnknown(&out.ObjectMeta, s.existing.Hash)
 	}
 	setSliceContent(out)
 	return out

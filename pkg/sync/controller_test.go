@@ -697,8 +697,9 @@ func TestSyncClusterSetWaitsForRecordsAfterAnUpgrade(t *testing.T) {
 	}
 }
 
-// Objects an earlier version wrote carry no digest: they are read in full
-// and rewritten once, in place, with it; then nothing more is written.
+// Objects an earlier release wrote carry no digest: they are read in full
+// and rewritten once, in place, with it and with no record of the earlier
+// release's ownership; then nothing more is written.
 func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
 	f := newFixture(t, Options{}, nil, nil)
 	m := f.member("c1")
@@ -711,7 +712,8 @@ func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(s.Annotations, endpoints.AnnotationContent)
-	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	asLegacy(s)
+	if _, err := f.hub.DiscoveryV1().EndpointSlices("shop").Update(f.ctx, s, metav1.UpdateOptions{FieldManager: legacyFieldManager}); err != nil {
 		t.Fatal(err)
 	}
 	eps, err := f.hub.CoreV1().Endpoints("shop").Get(f.ctx, "cart-c1", metav1.GetOptions{})
@@ -719,8 +721,13 @@ func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(eps.Annotations, endpoints.AnnotationContent)
-	if _, err := f.hub.CoreV1().Endpoints("shop").Update(f.ctx, eps, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	asLegacy(eps)
+	if _, err := f.hub.CoreV1().Endpoints("shop").Update(f.ctx, eps, metav1.UpdateOptions{FieldManager: legacyFieldManager}); err != nil {
 		t.Fatal(err)
+	}
+	if got, _ := f.hub.DiscoveryV1().EndpointSlices("shop").Get(f.ctx, sliceName(0), metav1.GetOptions{}); !slices.ContainsFunc(got.ManagedFields,
+		func(e metav1.ManagedFieldsEntry) bool { return e.Manager == legacyFieldManager }) {
+		t.Fatalf("the fake records no managedFields: %v", got.ManagedFields)
 	}
 	f.settle()
 	f.resetActions()
@@ -737,6 +744,13 @@ func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
 	if _, ok := endpoints.EndpointsDigestFromMeta(eps.ObjectMeta); !ok {
 		t.Errorf("the Endpoints was rewritten without its digest: %v", eps.Annotations)
 	}
+	for _, m := range []metav1.Object{s, eps} {
+		for _, e := range m.GetManagedFields() {
+			if e.Manager != fieldManager {
+				t.Errorf("%s still records %s as a manager: %v", m.GetName(), e.Manager, e.FieldsV1.GetRawString())
+			}
+		}
+	}
 	for _, r := range []string{resourceEndpoints, resourceEndpointSlice} {
 		if n := testutil.ToFloat64(f.ctrl.metrics.HubFullReads.WithLabelValues(r)); n < 1 {
 			t.Errorf("hub_full_reads_total{resource=%s} = %v, want the object read in full", r, n)
@@ -748,4 +762,14 @@ func TestSyncAnnotatesObjectsWrittenWithoutTheirDigest(t *testing.T) {
 	if got := f.writes(); len(got) != 0 {
 		t.Errorf("annotated, the objects were written again: %q", got)
 	}
+}
+
+// asLegacy records an earlier release as the manager of all of o's fields,
+// as if it had written o.
+func asLegacy(o metav1.Object) {
+	managed := o.GetManagedFields()
+	for i := range managed {
+		managed[i].Manager = legacyFieldManager
+	}
+	o.SetManagedFields(managed)
 }

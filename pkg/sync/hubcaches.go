@@ -219,7 +219,9 @@ func serviceIndex(obj interface{}) ([]string, error) {
 // stripHubObject turns a hub object into what the hub caches hold: managed
 // fields dropped, and EndpointSlices and Endpoints, which carry every
 // aggregated endpoint, reduced to their digests: the sync logic reads
-// their content only to compare it with what it wants.
+// their content only to compare it with what it wants. The caches of
+// those two are fed from metadata (digestMeta); here they are the
+// responses to our own writes, which the overlay of written.go holds.
 func stripHubObject(obj interface{}) (interface{}, error) {
 	if m, err := metaOf(obj); err == nil {
 		m.SetManagedFields(nil)

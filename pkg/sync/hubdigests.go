@@ -22,8 +22,14 @@ import (
 // carries its digest in endpoints.AnnotationContent, which the cache takes
 // when the metadata shows that no one but us wrote the content. An object
 // whose content another manager wrote, or without a digest we can read, is
-// read in full, once per change, and digested from its content; when its
-// annotation does not describe that content, it is rewritten.
+// read in full, once per event (a relist reads each such object again),
+// and digested from its content; when its annotation does not describe
+// that content, it is rewritten, with its managedFields reset.
+//
+// The read happens in the informer's transform, which holds up that
+// informer's other events meanwhile (up to fullReadTimeout each): it is
+// for the rare foreign write, and once per object at the first start after
+// an upgrade from a release that wrote no digests.
 
 // fullReadTimeout bounds the read of one object in full.
 const fullReadTimeout = 30 * time.Second

@@ -65,6 +65,7 @@ func TestDigestMetaReadsInFullOnlyWhatAnotherManagerWrote(t *testing.T) {
 		obj      runtime.Object
 		owners   map[string]string
 		strip    bool // the content annotation removed
+		edit     bool // the content changed, the annotation left as it was
 		readErr  error
 		wantRead bool
 		wantHash bool // a known hash: the content's
@@ -74,6 +75,10 @@ func TestDigestMetaReadsInFullOnlyWhatAnotherManagerWrote(t *testing.T) {
 			owners: map[string]string{fieldManager: ours, "kubectl-label": `{"f:metadata":{"f:labels":{"f:team":{}}}}`}, wantHash: true},
 		{name: "slice endpoints written by another", resource: resourceEndpointSlice, obj: slice,
 			owners: map[string]string{fieldManager: ours, "kubectl-edit": `{"f:endpoints":{}}`}, wantRead: true, wantHash: true},
+		{name: "slice written by an earlier release", resource: resourceEndpointSlice, obj: slice,
+			owners: map[string]string{legacyFieldManager: ours}, wantRead: true, wantHash: true},
+		{name: "slice endpoints changed by another, our annotation left", resource: resourceEndpointSlice, obj: slice,
+			owners: map[string]string{fieldManager: ours, legacyFieldManager: `{"f:endpoints":{}}`}, edit: true, wantRead: true},
 		{name: "slice annotation written by another", resource: resourceEndpointSlice, obj: slice,
 			owners: map[string]string{"kubectl-edit": `{"f:metadata":{"f:annotations":{"f:endpoint-aggregator.io/content":{}}}}`}, wantRead: true, wantHash: true},
 		// Read in full and rewritten, to annotate it, in place.
@@ -82,6 +87,8 @@ func TestDigestMetaReadsInFullOnlyWhatAnotherManagerWrote(t *testing.T) {
 		{name: "Endpoints written by us", resource: resourceEndpoints, obj: eps, owners: map[string]string{fieldManager: oursEndpoints}, wantHash: true},
 		{name: "Endpoints subsets written by another", resource: resourceEndpoints, obj: eps,
 			owners: map[string]string{"kubectl-edit": `{"f:subsets":{}}`}, wantRead: true, wantHash: true},
+		{name: "Endpoints subsets changed by another, our annotation left", resource: resourceEndpoints, obj: eps,
+			owners: map[string]string{"kubectl-edit": `{"f:subsets":{}}`}, edit: true, wantRead: true},
 		{name: "Endpoints without a digest", resource: resourceEndpoints, obj: eps, owners: map[string]string{fieldManager: oursEndpoints}, strip: true, wantRead: true},
 	}
 	for _, tt := range cases {
@@ -89,6 +96,14 @@ func TestDigestMetaReadsInFullOnlyWhatAnotherManagerWrote(t *testing.T) {
 			obj := tt.obj.DeepCopyObject()
 			m := obj.(metav1.Object)
 			writtenBy(m, tt.owners)
+			if tt.edit {
+				switch o := obj.(type) {
+				case *discoveryv1.EndpointSlice:
+					o.Endpoints = o.Endpoints[1:]
+				case *corev1.Endpoints:
+					o.Subsets[0].Addresses = nil
+				}
+			}
 			if tt.strip {
 				annotations := m.GetAnnotations()
 				delete(annotations, endpoints.AnnotationContent)

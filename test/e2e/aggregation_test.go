@@ -184,6 +184,13 @@ func TestAggregationLifecycle(t *testing.T) {
 			if !reflect.DeepEqual(got.Endpoints, want) {
 				return fmt.Errorf("%s has %d endpoints, want %d", got.Name, len(got.Endpoints), len(want))
 			}
+			// Rewritten with its managedFields reset: no record of the
+			// other manager is left to make it read in full again.
+			for _, m := range got.ManagedFields {
+				if m.Manager == "kubectl-edit" {
+					return fmt.Errorf("%s still records kubectl-edit as a manager", got.Name)
+				}
+			}
 			return nil
 		})
 		if n := labelledCounter(t, d, "endpoint_aggregator_hub_full_reads_total", "resource", "endpointslices"); n < 1 {

@@ -24,6 +24,16 @@ const (
 	resourceNamespace     = "namespaces"
 )
 
+// fieldManager names the daemon in managedFields. Releases before the
+// content annotation (hubdigests.go) wrote as legacyFieldManager: they keep
+// an annotation they do not know as it was, so the content of an object
+// one of them wrote, in a rolling upgrade or after a rollback, is read in
+// full rather than taken from an annotation that may be stale.
+const fieldManager = "endpoint-aggregator.io"
+
+// legacyFieldManager is the field manager of earlier releases.
+const legacyFieldManager = "endpoint-aggregator"
+
 // Key names one unit of work. With a Cluster it is one member service; with an
 // empty Cluster it is the clusterset service merged from every member.
 type Key struct {

@@ -12,16 +12,6 @@ import (
 	mcsclientset "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
-// fieldManager names the daemon in managedFields. Releases before the
-// content annotation (hubdigests.go) wrote as legacyFieldManager: they keep
-// an annotation they do not know as it was, so the content of an object
-// one of them wrote, in a rolling upgrade or after a rollback, is read in
-// full rather than taken from an annotation that may be stale.
-const fieldManager = "endpoint-aggregator.io"
-
-// legacyFieldManager is the field manager of earlier releases.
-const legacyFieldManager = "endpoint-aggregator"
-
 // hubWriter makes the hub writes of a plan: clients, the write tracker and
 // write accounting; no listers. A GET past the cache tells a create that
 // found its name taken whether our cache lags or someone else holds it.

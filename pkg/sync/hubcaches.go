@@ -5,6 +5,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
@@ -216,21 +217,13 @@ func serviceIndex(obj interface{}) ([]string, error) {
 	return nil, nil
 }
 
-// stripHubObject turns a hub object into what the hub caches hold: managed
-// fields dropped, and EndpointSlices and Endpoints, which carry every
-// aggregated endpoint, reduced to their digests: the sync logic reads
-// their content only to compare it with what it wants. The caches of
-// those two are fed from metadata (digestMeta); here they are the
+// stripHubObject is the transform of the typed hub caches: managed fields
+// dropped. It also digests our EndpointSlices and Endpoints (digestRead),
+// whose caches are fed from metadata (digestMeta): here they are the
 // responses to our own writes, which the overlay of written.go holds.
 func stripHubObject(obj interface{}) (interface{}, error) {
-	if m, err := metaOf(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	switch o := obj.(type) {
-	case *discoveryv1.EndpointSlice:
-		return endpoints.DigestSlice(o), nil
-	case *corev1.Endpoints:
-		return endpoints.DigestEndpoints(o), nil
+	if o, ok := obj.(runtime.Object); ok {
+		return digestRead(o), nil
 	}
 	return obj, nil
 }

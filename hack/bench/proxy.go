@@ -39,9 +39,14 @@ const allView = "all"
 // https://127.0.0.1:PORT/<member>/..., each with its own view: EndpointSlice
 // lists and watches only return that member's slices. Everything else
 // passes through untouched (bytes, content type, streaming watches).
+//
+// Each view listens on its own port, as each member of a fleet is its own
+// API server: a client keeps a connection per host, so the members' requests
+// do not queue on one shared HTTP/2 connection, which no fleet has (client-go
+// shares one transport among configs with the same CA and token).
 type memberProxy struct {
 	srv      *http.Server
-	addr     string
+	addrs    map[string]string // view -> host:port
 	caPEM    []byte
 	token    string
 	views    map[string]bool
@@ -90,11 +95,6 @@ func startMemberProxy(cfg *rest.Config, views []string) (*memberProxy, error) {
 		FlushInterval: -1, // watches stream
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p.addr = ln.Addr().String()
 	p.srv = &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(rp, w, r) }),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
@@ -103,7 +103,16 @@ func startMemberProxy(cfg *rest.Config, views []string) (*memberProxy, error) {
 		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 4096},
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
-	go func() { _ = p.srv.ServeTLS(ln, "", "") }()
+	p.addrs = make(map[string]string, len(p.views))
+	for v := range p.views {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.addrs[v] = ln.Addr().String()
+		go func() { _ = p.srv.ServeTLS(ln, "", "") }()
+	}
 	return p, nil
 }
 
@@ -160,7 +169,7 @@ func (p *memberProxy) kubeconfig(view string) ([]byte, error) {
 		return nil, fmt.Errorf("unknown view %q", view)
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters[view] = &clientcmdapi.Cluster{Server: "https://" + p.addr + "/" + view, CertificateAuthorityData: p.caPEM}
+	kc.Clusters[view] = &clientcmdapi.Cluster{Server: "https://" + p.addrs[view] + "/" + view, CertificateAuthorityData: p.caPEM}
 	kc.AuthInfos[view] = &clientcmdapi.AuthInfo{Token: p.token}
 	kc.Contexts[view] = &clientcmdapi.Context{Cluster: view, AuthInfo: view}
 	kc.CurrentContext = view

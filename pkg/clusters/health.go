@@ -62,10 +62,9 @@ func newFailure(err error, since time.Time) *Failure {
 // even when it has no events to send, and a quiet member does not look dead.
 // It probes from the start: a probe that succeeds after an outage asks for
 // fresh informers (see runInformers); before the first sync, after one
-// failed probe. A synced member whose probe failed once is not relisted:
-// one slow answer is not an outage, and under load a relist per slow probe
-// feeds the load that slowed it (a thousand members reconnected over and
-// over in the benchmark at a million endpoints).
+// failed probe; after it, only after an outage of the informers too (see
+// "Reconnecting" in informers.go): under load a relist per slow probe
+// feeds the load that slowed it.
 // Health is reported from the start, before the first sync too, so that the
 // unreachable policy applies to a member that is dark when the daemon
 // starts: onChange is called when health flips, and when the first probes
@@ -104,7 +103,7 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 		now := time.Now()
 		err := c.probe(timeout)
 		healthy := err == nil
-		if healthy && !answered && (failures >= probeFailureThreshold || !c.synced.Load()) {
+		if healthy && !answered && c.informersBehind(failures, firstFailure.Add(-interval)) {
 			c.askReconnect()
 		}
 		answered = healthy
@@ -144,6 +143,18 @@ func (c *Cluster) probeLoop(interval, timeout time.Duration, onChange func(healt
 		case <-c.probeNow:
 		}
 	}
+}
+
+// informersBehind reports whether the member's informers may be behind
+// after failures probes failed in a row, the outage having begun about
+// since: before the first sync, always; after it, when the probes saw an
+// outage and a list or watch failed during it.
+func (c *Cluster) informersBehind(failures int, since time.Time) bool {
+	if !c.synced.Load() {
+		return true
+	}
+	s := c.informers.Load()
+	return failures >= probeFailureThreshold && s != nil && s.failedSince(since)
 }
 
 // newCause reports whether err is another cause than the one reported: of

@@ -49,8 +49,10 @@ type informerSet struct {
 	// reflector reports to its watch error handler (see memberListWatch).
 	onError func(error)
 	// failed is set once a list or watch of this set failed, for any
-	// reason but a watch's normal end.
-	failed atomic.Bool
+	// reason but a watch's normal end; lastFailure is when it last did
+	// (Unix nanoseconds).
+	failed      atomic.Bool
+	lastFailure atomic.Int64
 	// bounds bound what the informers read (readbounds.go); over, when not
 	// nil, is told which of them is over its bound now, or back within it.
 	bounds ReadBounds
@@ -190,6 +192,7 @@ func (s *informerSet) failure(ctx context.Context, err error, report bool) {
 		return
 	}
 	s.failed.Store(true)
+	s.lastFailure.Store(time.Now().UnixNano())
 	if report && s.onError != nil {
 		s.onError(err)
 	}
@@ -201,6 +204,12 @@ func (s *informerSet) overBound(what string, err error) {
 	if s.over != nil && s.ctx.Err() == nil {
 		s.over(what, err)
 	}
+}
+
+// failedSince reports whether a list or watch of the set failed at t or
+// later.
+func (s *informerSet) failedSince(t time.Time) bool {
+	return s.failed.Load() && s.lastFailure.Load() >= t.UnixNano()
 }
 
 func (s *informerSet) run() {
@@ -237,11 +246,17 @@ func (s *informerSet) shutdown() { s.cancel() }
 //     changed in ways no event told (deletes during the outage). HasSynced
 //     stays true throughout, so nothing of the member is withdrawn.
 //
-// The price is one relist of the member per outage the probe saw (after
-// the first sync, probeFailureThreshold failed probes in a row: one slow
-// probe is none), as a reflector whose resourceVersion expired would do
-// anyway. The sync timeout
-// and the health state belong to the Cluster and are not reset.
+// After the first sync, an outage asks for fresh informers only when it
+// was one for the informers too: probeFailureThreshold failed probes in a
+// row (one slow probe is none), and a list or watch of the set failed
+// during the outage. Informers whose watches held while the probe timed
+// out (an API server slow to answer, under load) missed no event and have
+// no backoff to skip: relisting them would only add to the load, and a
+// thousand members did so over and over in the benchmark at a million
+// endpoints. The price is one relist of the member per outage of its
+// informers, as a reflector whose resourceVersion expired would do anyway.
+// The sync timeout and the health state belong to the Cluster and are not
+// reset.
 //
 // One goroutine serves the requests at a time (informerLoop): runInformers
 // until the first sync, then one that askReconnect starts when a request

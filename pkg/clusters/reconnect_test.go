@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,15 +22,21 @@ import (
 
 var errRefused = errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
 
-// flakyMember is a fake member API server that can be cut off: while down,
-// its lists, watches and health probe fail as a refused connection does.
-// While gated, lists and watches wait for the gate to open.
+// flakyMember is a fake member API server that can be cut off: going down
+// (setDown) ends its open watches, and while down its lists, watches and
+// health probe fail as a refused connection does. While probeDown, only
+// its probe fails (an API server too slow to answer it, whose watches
+// hold). While gated, lists and watches wait for the gate to open.
 type flakyMember struct {
 	*kubefake.Clientset
 	down         atomic.Bool
+	probeDown    atomic.Bool
+	mu           sync.Mutex
+	watches      []watch.Interface
 	gate         atomic.Pointer[chan struct{}]
 	gated        atomic.Int64 // calls that waited at the gate
 	failedLists  atomic.Int64
+	failedWatch  atomic.Int64
 	failedProbes atomic.Int64
 	probes       atomic.Int64
 	// failOneProbe fails the next probe only.
@@ -42,7 +49,7 @@ func newFlakyMember(objs ...runtime.Object) *flakyMember {
 		switch {
 		case a.GetVerb() == "get" && a.GetResource().Resource == "version":
 			m.probes.Add(1)
-			if m.down.Load() || m.failOneProbe.CompareAndSwap(true, false) {
+			if m.down.Load() || m.probeDown.Load() || m.failOneProbe.CompareAndSwap(true, false) {
 				m.failedProbes.Add(1)
 				return true, nil, errRefused
 			}
@@ -55,14 +62,52 @@ func newFlakyMember(objs ...runtime.Object) *flakyMember {
 		}
 		return false, nil, nil
 	})
-	m.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+	m.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if m.down.Load() {
+			m.failedWatch.Add(1)
 			return true, nil, errRefused
 		}
 		m.wait()
-		return false, nil, nil
+		var opts metav1.ListOptions
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := m.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		m.mu.Lock()
+		m.watches = append(m.watches, w)
+		m.mu.Unlock()
+		return true, w, nil
 	})
 	return m
+}
+
+// outage cuts the member off until its informers have noticed: a list or
+// watch they started again was refused.
+func (m *flakyMember) outage(t *testing.T) {
+	t.Helper()
+	refused := func() int64 { return m.failedLists.Load() + m.failedWatch.Load() }
+	before := refused()
+	m.setDown(true)
+	waitUntil(t, func() bool { return refused() > before })
+}
+
+// setDown cuts the member off (ending its open watches, as a lost
+// connection does), or lets it answer again.
+func (m *flakyMember) setDown(down bool) {
+	m.down.Store(down)
+	if !down {
+		return
+	}
+	m.mu.Lock()
+	open := m.watches
+	m.watches = nil
+	m.mu.Unlock()
+	for _, w := range open {
+		w.Stop()
+	}
 }
 
 func (m *flakyMember) wait() {
@@ -103,7 +148,7 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
-			m.down.Store(true)
+			m.setDown(true)
 			r, h := startFlakyRegistry(t, m, tc.syncTimeout)
 			c := r.Get("east")
 			first := c.informers.Load()
@@ -118,7 +163,7 @@ func TestClusterUnreachableAtStartRestartsItsInformersWhenItAnswers(t *testing.T
 				t.Fatal("synced while unreachable")
 			}
 
-			m.down.Store(false)
+			m.setDown(false)
 			waitUntil(t, synced(r))
 			// ClusterSynced follows HasSynced.
 			waitUntil(t, func() bool { got, _ := h.snapshot(); return len(got) > 0 })
@@ -171,7 +216,7 @@ func TestClusterAnsweringAgainAfterAnOutageSwapsInFreshInformers(t *testing.T) {
 	c := r.Get("east")
 	old := c.informers.Load()
 
-	m.down.Store(true)
+	m.outage(t)
 	waitUntil(t, func() bool { _, _, health := h.calls(); return slices.Equal(health, []string{"east=false"}) })
 	if _, down := c.UnreachableSince(); !down {
 		t.Error("UnreachableSince() reports the member reachable while its probe fails")
@@ -179,7 +224,7 @@ func TestClusterAnsweringAgainAfterAnOutageSwapsInFreshInformers(t *testing.T) {
 
 	gate := make(chan struct{})
 	m.gate.Store(&gate)
-	m.down.Store(false)
+	m.setDown(false)
 	// The fresh set is listing, held at the gate.
 	waitUntil(t, func() bool { return m.gated.Load() > 0 })
 	if !c.HasSynced() || c.informers.Load() != old {
@@ -260,9 +305,9 @@ func TestClusterReconnectsAfterEachOutage(t *testing.T) {
 	c := r.Get("east")
 	for i := 1; i <= 2; i++ {
 		before := c.informers.Load()
-		m.down.Store(true)
+		m.outage(t)
 		waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 2*i-1 })
-		m.down.Store(false)
+		m.setDown(false)
 		waitUntil(t, func() bool { got, _ := h.snapshot(); return len(got) == 1+i })
 		if c.informers.Load() == before {
 			t.Fatalf("outage %d: the member was synced again on its old informers", i)
@@ -292,6 +337,35 @@ func TestClusterKeepsItsInformersAfterOneSlowProbe(t *testing.T) {
 	if n := m.failedProbes.Load(); n != 1 {
 		t.Fatalf("%d probes failed, want 1", n)
 	}
+}
+
+// An outage of the probe alone (an API server too slow to answer it, under
+// load, whose watches hold) is reported, but does not replace the synced
+// member's informers: they missed no event, and a relist would only add to
+// the load.
+func TestClusterKeepsWatchingInformersThroughAnOutageOfItsProbe(t *testing.T) {
+	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
+	r, h := startFlakyRegistry(t, m, time.Hour)
+	waitUntil(t, synced(r))
+	c := r.Get("east")
+	before := c.informers.Load()
+	m.probeDown.Store(true)
+	waitUntil(t, func() bool { _, _, health := h.calls(); return slices.Equal(health, []string{"east=false"}) })
+	m.probeDown.Store(false)
+	waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 2 })
+	probed := m.probes.Load()
+	waitUntil(t, func() bool { return m.probes.Load() >= probed+5 })
+	if c.informers.Load() != before || c.informerLoop.Load() {
+		t.Error("an outage of the probe alone replaced the member's informers")
+	}
+	if got, _ := h.snapshot(); len(got) != 1 {
+		t.Errorf("ClusterSynced calls %v, want only the first", got)
+	}
+	// The informers still follow the member.
+	if _, err := m.CoreV1().Services("shop").Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "till"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { svcs, _ := c.ServiceLister().List(labels.Everything()); return len(svcs) == 2 })
 }
 
 // Run stops the members only after its worker has stopped: a Secret being

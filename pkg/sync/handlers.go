@@ -117,8 +117,13 @@ func (c *Controller) resyncMember(cluster string) {
 func (c *Controller) ClusterHealthChanged(cluster string, healthy bool) {
 	c.wakeLeases()
 	if healthy {
-		c.policy.stop(cluster)
-		c.resyncMember(cluster)
+		// Its hub objects differ from those of a reachable member only if
+		// a policy step other than Keep applied, or its ServiceExports'
+		// status was not written meanwhile (syncExportStatus): a probe
+		// that flaps under load costs no resync of the member otherwise.
+		if c.policy.stop(cluster) || c.writesExportStatus() {
+			c.resyncMember(cluster)
+		}
 		return
 	}
 	c.applyPolicy(cluster)

@@ -158,6 +158,92 @@ func TestHealthFlappingHoldsOnePolicyTimer(t *testing.T) {
 	}
 }
 
+// A member that answers again before any step of its unreachable policy
+// was due (a probe that flaps under load) is not queued again: its hub
+// objects are those of a reachable member. One that answers after a step
+// was due is.
+func TestRecoveryResyncsOnlyAMemberAPolicyStepChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		down   time.Duration // how long before the recovery the outage began
+		resync bool
+	}{
+		{"within the grace period", 30 * time.Second, false},
+		{"past the grace period", 2 * time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			f := newFixture(t, Options{UnreachableGrace: time.Minute, UnreachableWithdraw: time.Hour, Clock: asyncClock{clk}}, nil, nil)
+			m := f.member("c1")
+			_ = m.services.Add(service("shop", "cart"))
+			m.slices = []*discoveryv1.EndpointSlice{memberSlice("shop", "cart", "cart-c1", 0, 2, true)}
+			f.sync(Key{Cluster: "c1", Namespace: "shop", Name: "cart"})
+			f.drain()
+			f.queuedWhenQuiet() // what the hub's events of those writes queued
+
+			m.downSince = clk.Now()
+			f.ctrl.ClusterHealthChanged("c1", false)
+			if keys := f.queuedWhenQuiet(); len(keys) != 0 {
+				t.Fatalf("the outage queued %v, want nothing (Keep)", keys)
+			}
+			clk.SetTime(m.downSince.Add(tc.down))
+			if tc.resync {
+				// The grace step's timer fires on its own goroutine.
+				if !f.waitQueued() {
+					t.Fatal("the grace step queued nothing")
+				}
+				f.drain()
+				f.queuedWhenQuiet()
+			}
+			m.downSince = time.Time{}
+			f.ctrl.ClusterHealthChanged("c1", true)
+			keys := f.queuedWhenQuiet()
+			if got := slices.Contains(keys, Key{Cluster: "c1", Namespace: "shop", Name: "cart"}); got != tc.resync {
+				t.Errorf("recovery queued %v; the member's service again: %v, want %v", keys, got, tc.resync)
+			}
+		})
+	}
+}
+
+// stillClock is a clock whose time moves without firing its timers.
+type stillClock struct {
+	*clocktesting.FakeClock
+	now time.Time
+}
+
+func (c *stillClock) Now() time.Time { return c.now }
+
+// A recovery stops the member's policy timer and says whether a step other
+// than Keep applied, or was due: a sync plans the step due when it runs,
+// which may be before the step's timer fired.
+func TestPolicyStopReportsAStepDueBeforeItsTimerFired(t *testing.T) {
+	t0 := time.Now()
+	clk := &stillClock{FakeClock: clocktesting.NewFakeClock(t0), now: t0}
+	p := newPolicyTimers(clk)
+	set := func() { p.set("c1", t0.Add(time.Minute), func() { t.Error("a still clock's timer fired") }) }
+
+	set()
+	clk.now = t0.Add(30 * time.Second)
+	if p.stop("c1") {
+		t.Error("stop reports a step before any was due")
+	}
+	set()
+	clk.now = t0.Add(time.Minute)
+	if !p.stop("c1") {
+		t.Error("stop does not report the step due when its timer had not fired yet")
+	}
+	if p.stop("c1") {
+		t.Error("a second stop reports the step again")
+	}
+	p.applied("c1", lifecycle.MarkNotReady)
+	if !p.stop("c1") {
+		t.Error("stop does not report the step applied")
+	}
+	if n := p.len(); n != 0 {
+		t.Errorf("%d timers after stop, want 0", n)
+	}
+}
+
 // A key waits only for what its last sync found missing: a key that waited
 // for a hub namespace leaves the record once its service is gone, and the
 // keys of a removed member leave it with the member.

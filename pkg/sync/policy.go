@@ -22,13 +22,15 @@ type policyTimers struct {
 	// acts only if it is still the member's latest.
 	gen     map[string]uint64
 	nextGen uint64
-	// steps holds the policy step last applied to each unreachable member.
+	// steps holds the policy step last applied to each unreachable member;
+	// due, when its timer's step takes effect.
 	steps map[string]lifecycle.Step
+	due   map[string]time.Time
 	done  bool
 }
 
 func newPolicyTimers(c Clock) *policyTimers {
-	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}, steps: map[string]lifecycle.Step{}}
+	return &policyTimers{clock: c, timers: map[string]clock.Timer{}, gen: map[string]uint64{}, steps: map[string]lifecycle.Step{}, due: map[string]time.Time{}}
 }
 
 // applied records step as the member's current one and reports whether it
@@ -51,9 +53,11 @@ func (p *policyTimers) set(cluster string, when time.Time, f func()) {
 		delete(p.timers, cluster)
 	}
 	delete(p.gen, cluster)
+	delete(p.due, cluster)
 	if when.IsZero() || p.done {
 		return
 	}
+	p.due[cluster] = when
 	p.nextGen++
 	gen := p.nextGen
 	p.gen[cluster] = gen
@@ -71,12 +75,17 @@ func (p *policyTimers) set(cluster string, when time.Time, f func()) {
 }
 
 // stop stops the member's timer and forgets its step: it answers again, or
-// is gone.
-func (p *policyTimers) stop(cluster string) {
-	p.set(cluster, time.Time{}, nil)
+// is gone. It reports whether a step other than Keep applied, or was due
+// by now: a sync plans the step due when it runs (unreachableStep), which may be
+// before the timer for it fired.
+func (p *policyTimers) stop(cluster string) bool {
 	p.mu.Lock()
+	due, timed := p.due[cluster]
+	stepped := p.steps[cluster] != lifecycle.Keep || timed && !p.clock.Now().Before(due)
 	delete(p.steps, cluster)
 	p.mu.Unlock()
+	p.set(cluster, time.Time{}, nil)
+	return stepped
 }
 
 // len is the number of timers set, for tests.
@@ -96,4 +105,5 @@ func (p *policyTimers) stopAll() {
 		delete(p.timers, name)
 	}
 	clear(p.gen)
+	clear(p.due)
 }

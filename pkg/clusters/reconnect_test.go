@@ -319,53 +319,52 @@ func TestClusterReconnectsAfterEachOutage(t *testing.T) {
 	}
 }
 
-// One failed probe of a synced member is not an outage: its informers,
-// whose watches never failed, are not replaced by a relist.
-func TestClusterKeepsItsInformersAfterOneSlowProbe(t *testing.T) {
-	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
-	r, _ := startFlakyRegistry(t, m, time.Hour)
-	waitUntil(t, synced(r))
-	c := r.Get("east")
-	before := c.informers.Load()
-	m.failOneProbe.Store(true)
-	waitUntil(t, func() bool { return m.failedProbes.Load() == 1 })
-	probed := m.probes.Load()
-	waitUntil(t, func() bool { return m.probes.Load() >= probed+5 })
-	if c.informers.Load() != before || c.informerLoop.Load() {
-		t.Error("one failed probe replaced the member's informers")
+// A synced member's informers whose watches held are not replaced by a
+// relist, neither after one failed probe (no outage) nor after an outage of
+// the probe alone (an API server too slow to answer it, under load): they
+// missed no event, and a relist would only add to the load.
+func TestClusterKeepsInformersWhoseWatchesHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		outage func(*testing.T, *flakyMember, *recordingHandler)
+		flips  []string // health changes reported
+	}{
+		{"one slow probe", func(t *testing.T, m *flakyMember, _ *recordingHandler) {
+			m.failOneProbe.Store(true)
+			waitUntil(t, func() bool { return m.failedProbes.Load() == 1 })
+		}, nil},
+		{"an outage of the probe alone", func(t *testing.T, m *flakyMember, h *recordingHandler) {
+			m.probeDown.Store(true)
+			waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 1 })
+			m.probeDown.Store(false)
+			waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 2 })
+		}, []string{"east=false", "east=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
+			r, h := startFlakyRegistry(t, m, time.Hour)
+			waitUntil(t, synced(r))
+			c := r.Get("east")
+			before := c.informers.Load()
+			tc.outage(t, m, h)
+			probed := m.probes.Load()
+			waitUntil(t, func() bool { return m.probes.Load() >= probed+5 })
+			if c.informers.Load() != before || c.informerLoop.Load() {
+				t.Error("the member's informers were replaced")
+			}
+			if _, _, health := h.calls(); !slices.Equal(health, tc.flips) {
+				t.Errorf("health changes %v, want %v", health, tc.flips)
+			}
+			if got, _ := h.snapshot(); len(got) != 1 {
+				t.Errorf("ClusterSynced calls %v, want only the first", got)
+			}
+			// The informers still follow the member.
+			if _, err := m.CoreV1().Services("shop").Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "till"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, func() bool { svcs, _ := c.ServiceLister().List(labels.Everything()); return len(svcs) == 2 })
+		})
 	}
-	if n := m.failedProbes.Load(); n != 1 {
-		t.Fatalf("%d probes failed, want 1", n)
-	}
-}
-
-// An outage of the probe alone (an API server too slow to answer it, under
-// load, whose watches hold) is reported, but does not replace the synced
-// member's informers: they missed no event, and a relist would only add to
-// the load.
-func TestClusterKeepsWatchingInformersThroughAnOutageOfItsProbe(t *testing.T) {
-	m := newFlakyMember(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart"}})
-	r, h := startFlakyRegistry(t, m, time.Hour)
-	waitUntil(t, synced(r))
-	c := r.Get("east")
-	before := c.informers.Load()
-	m.probeDown.Store(true)
-	waitUntil(t, func() bool { _, _, health := h.calls(); return slices.Equal(health, []string{"east=false"}) })
-	m.probeDown.Store(false)
-	waitUntil(t, func() bool { _, _, health := h.calls(); return len(health) == 2 })
-	probed := m.probes.Load()
-	waitUntil(t, func() bool { return m.probes.Load() >= probed+5 })
-	if c.informers.Load() != before || c.informerLoop.Load() {
-		t.Error("an outage of the probe alone replaced the member's informers")
-	}
-	if got, _ := h.snapshot(); len(got) != 1 {
-		t.Errorf("ClusterSynced calls %v, want only the first", got)
-	}
-	// The informers still follow the member.
-	if _, err := m.CoreV1().Services("shop").Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "till"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, func() bool { svcs, _ := c.ServiceLister().List(labels.Everything()); return len(svcs) == 2 })
 }
 
 // Run stops the members only after its worker has stopped: a Secret being

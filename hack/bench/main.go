@@ -8,7 +8,8 @@
 // Services and EndpointSlices of every simulated member. Each simulated
 // member is registered with its own Secret (cluster name m000, m001, ...)
 // whose kubeconfig reaches the member apiserver through a loopback proxy in
-// this process under its own path (https://127.0.0.1:PORT/m007). The proxy
+// this process under its own port and path (https://127.0.0.1:PORT7/m007;
+// a port each, so that each member has its own connections). The proxy
 // passes every request through unchanged, except that EndpointSlice lists and
 // watches get the label selector bench.endpoint-aggregator.io/member=<name>:
 // each simulated member then has its own informers (as a real member would)
